@@ -1,0 +1,57 @@
+# Everything a newcomer runs goes through here; CI runs `make test` too (.ci/run).
+SHELL := /bin/bash
+PYTHON_BOOTSTRAP ?= python3
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+VENV_STAMP := $(VENV)/.installed
+MODEL_REPOSITORY ?= model_repository
+DEMO_ONNX := model_repository/demo/1/model.onnx
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-18s %s\n", $$1, $$2}'
+
+$(VENV_STAMP): requirements-dev.txt pyproject.toml
+	$(PYTHON_BOOTSTRAP) -m venv $(VENV)
+	$(PYTHON) -m pip install -q --upgrade pip
+	$(PYTHON) -m pip install -q -r requirements-dev.txt
+	$(PYTHON) -m pip install -q --no-deps -e .
+	touch $@
+
+.PHONY: venv
+venv: $(VENV_STAMP) ## create the virtual environment (.venv) with pinned packages
+
+$(DEMO_ONNX): scripts/build_models.py $(VENV_STAMP)
+	$(PYTHON) scripts/build_models.py --out model_repository --models demo
+
+.PHONY: models
+models: $(DEMO_ONNX) ## export the demo model to ONNX (deterministic)
+
+.PHONY: run
+run: models ## start the local tritonserver, check one HTTP and one gRPC answer against in-process ORT, stop
+	$(PYTHON) -m client.smoke --local --model-repository model_repository --model demo
+
+.PHONY: serve
+serve: models ## run the local tritonserver in the foreground on $(MODEL_REPOSITORY) (ports 8000/8001/8002)
+	$(PYTHON) -m triton_ort.local_server --model-repository $(MODEL_REPOSITORY)
+
+.PHONY: lint
+lint: $(VENV_STAMP) ## ruff and mypy
+	$(PYTHON) -m ruff check src client scripts tests model_repository
+	$(PYTHON) -m ruff format --check src client scripts tests model_repository
+	$(PYTHON) -m mypy
+
+.PHONY: test
+test: models lint ## lint, unit and integration tests (GPU tests run only where CUDA is present)
+	$(PYTHON) -m pytest -q tests
+
+.PHONY: test-gpu
+test-gpu: models ## the GPU tests alone (on a CUDA host)
+	$(PYTHON) -m pytest -q -m gpu tests
+
+.PHONY: clean
+clean: ## remove the venv, generated models and caches
+	rm -rf $(VENV) $(DEMO_ONNX) bench_repository results .pytest_cache .ruff_cache .mypy_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,89 @@
+"""Inputs and outputs through CUDA shared memory: the only way a remote client's tensors reach the model
+on the GPU (numpy in the request body always arrives as CPU memory). Needs a GPU and cuda-bindings."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import np_to_triton_dtype
+
+
+class CudaShmIO:
+    """Regions for one model's inputs (filled once) and outputs, registered with the server."""
+
+    def __init__(
+        self,
+        client: Any,
+        model: str,
+        inputs: Mapping[str, np.ndarray],
+        outputs: Mapping[str, tuple[np.dtype[Any], tuple[int, ...]]],
+        device_id: int = 0,
+    ) -> None:
+        import tritonclient.utils.cuda_shared_memory as cudashm  # imports cuda.bindings: GPU hosts only
+
+        self._cudashm = cudashm
+        self.client = client
+        self.model = model
+        self.inputs = dict(inputs)
+        self.outputs = dict(outputs)
+        self.device_id = device_id
+        self._module = grpcclient if isinstance(client, grpcclient.InferenceServerClient) else httpclient
+        self._prefix = f"triton_ort_{uuid.uuid4().hex[:8]}"
+        self._regions: dict[str, Any] = {}
+
+    def _region(self, name: str, byte_size: int) -> str:
+        region = f"{self._prefix}_{name}"
+        handle = self._cudashm.create_shared_memory_region(region, byte_size, self.device_id)
+        self._regions[name] = handle
+        self.client.register_cuda_shared_memory(
+            region, self._cudashm.get_raw_handle(handle), self.device_id, byte_size
+        )
+        return region
+
+    def __enter__(self) -> CudaShmIO:
+        self._infer_inputs = []
+        for name, array in self.inputs.items():
+            region = self._region(name, array.nbytes)
+            self._cudashm.set_shared_memory_region(self._regions[name], [np.ascontiguousarray(array)])
+            item = self._module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            item.set_shared_memory(region, array.nbytes)
+            self._infer_inputs.append(item)
+        self._requested = []
+        for name, (dtype, shape) in self.outputs.items():
+            byte_size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            region = self._region(name, byte_size)
+            item = self._module.InferRequestedOutput(name)
+            item.set_shared_memory(region, byte_size)
+            self._requested.append(item)
+        return self
+
+    def infer(self) -> float:
+        """One request over the registered regions; returns its latency in seconds."""
+        started = time.perf_counter()
+        self.client.infer(self.model, self._infer_inputs, outputs=self._requested)
+        return time.perf_counter() - started
+
+    def read_outputs(self) -> dict[str, np.ndarray]:
+        return {
+            name: self._cudashm.get_contents_as_numpy(
+                self._regions[name], np_to_triton_dtype(dtype), list(shape)
+            )
+            for name, (dtype, shape) in self.outputs.items()
+        }
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for name, handle in self._regions.items():
+            try:
+                self.client.unregister_cuda_shared_memory(f"{self._prefix}_{name}")
+            finally:
+                self._cudashm.destroy_shared_memory_region(handle)
+        self._regions.clear()

@@ -1,0 +1,101 @@
+"""Triton python-backend adapter for any ONNX model, served zero-copy through ONNX Runtime IO binding.
+
+This file is generic: drop it next to an ONNX file, write a config.pbtxt, and the model is served. The work
+lives in the `triton_ort` library (importable and tested without Triton); this adapter only converts between
+Triton's tensors and torch through DLPack, and maps errors onto per-request TritonErrors.
+
+Data path: request -> pb_utils.Tensor -> DLPack -> torch (no copy; on the GPU when Triton delivers it there)
+-> ORT IO binding by pointer -> run on the instance's CUDA stream -> torch outputs on the device
+-> DLPack -> pb_utils.Tensor -> response.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import torch
+import torch.utils.dlpack
+import triton_python_backend_utils as pb_utils
+
+from triton_ort import ModelInstance, TritonOrtError
+
+
+class _TritonLogHandler(logging.Handler):
+    """Sends the library's `logging` records to Triton's log, at the matching level."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = self.format(record)
+        if record.levelno >= logging.ERROR:
+            pb_utils.Logger.log_error(message)
+        elif record.levelno >= logging.WARNING:
+            pb_utils.Logger.log_warn(message)
+        elif record.levelno >= logging.INFO:
+            pb_utils.Logger.log_info(message)
+        else:
+            pb_utils.Logger.log_verbose(message)
+
+
+def _route_library_logging() -> None:
+    library_logger = logging.getLogger("triton_ort")
+    if not any(isinstance(h, _TritonLogHandler) for h in library_logger.handlers):
+        library_logger.addHandler(_TritonLogHandler())
+        # DEBUG adds a line per execute (devices, ORT runs, host copies); Triton shows it at --log-verbose 1.
+        library_logger.setLevel(os.environ.get("TRITON_ORT_LOG_LEVEL", "INFO").upper())
+        library_logger.propagate = False
+
+
+def _read_inputs(request: pb_utils.InferenceRequest) -> dict[str, torch.Tensor]:
+    """Triton's tensors as torch tensors, sharing memory (CPU shared memory or device memory)."""
+    tensors = {}
+    for tensor in request.inputs():
+        try:
+            tensors[tensor.name()] = torch.from_dlpack(tensor.to_dlpack())
+        except Exception as error:
+            raise TritonOrtError(f"input {tensor.name()!r} cannot be read through DLPack: {error}") from error
+    return tensors
+
+
+def _response(result: dict[str, torch.Tensor] | Exception) -> pb_utils.InferenceResponse:
+    if isinstance(result, Exception):
+        return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(result)))
+    # ModelInstance.infer has synchronised its stream, so raw capsules are safe to hand over unsynchronised.
+    outputs = [
+        pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(tensor))
+        for name, tensor in result.items()
+    ]
+    return pb_utils.InferenceResponse(output_tensors=outputs)
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        _route_library_logging()
+        model_config = json.loads(args["model_config"])
+        version_dir = Path(args["model_repository"]) / args["model_version"]
+        try:
+            self.instance = ModelInstance(
+                model_config,
+                version_dir,
+                instance_kind=args["model_instance_kind"],
+                device_id=int(args["model_instance_device_id"]),
+            )
+        except TritonOrtError as error:
+            raise pb_utils.TritonModelException(
+                f"model {args['model_name']!r} ({args['model_instance_name']}) failed to load: {error}"
+            ) from error
+
+    def execute(self, requests: list[pb_utils.InferenceRequest]) -> list[pb_utils.InferenceResponse]:
+        parsed: list[dict[str, torch.Tensor] | Exception] = []
+        for request in requests:
+            try:
+                parsed.append(_read_inputs(request))
+            except TritonOrtError as error:
+                parsed.append(error)
+        readable = [item for item in parsed if not isinstance(item, Exception)]
+        results = iter(self.instance.infer(readable))
+        return [_response(item if isinstance(item, Exception) else next(results)) for item in parsed]
+
+    def finalize(self) -> None:
+        del self.instance

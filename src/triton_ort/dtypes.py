@@ -1,0 +1,67 @@
+"""One table of element types, seen from ONNX, Triton and torch.
+
+ONNX Runtime names types as 'tensor(float)', Triton's config as 'TYPE_FP32' and its wire protocol as 'FP32';
+IO binding wants ONNX's TensorProto number. Keeping all four in one row means no conversion can drift.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ElementType:
+    onnx_name: str  # as ORT's NodeArg.type spells it, without 'tensor(...)'
+    onnx_proto: int  # onnx.TensorProto.DataType value, which IOBinding takes for every type (bf16 too)
+    triton_name: str  # wire name; config.pbtxt spells it 'TYPE_' + this
+    torch_dtype: torch.dtype
+
+
+ELEMENT_TYPES: tuple[ElementType, ...] = (
+    ElementType("float", 1, "FP32", torch.float32),
+    ElementType("uint8", 2, "UINT8", torch.uint8),
+    ElementType("int8", 3, "INT8", torch.int8),
+    ElementType("uint16", 4, "UINT16", torch.uint16),
+    ElementType("int16", 5, "INT16", torch.int16),
+    ElementType("int32", 6, "INT32", torch.int32),
+    ElementType("int64", 7, "INT64", torch.int64),
+    ElementType("bool", 9, "BOOL", torch.bool),
+    ElementType("float16", 10, "FP16", torch.float16),
+    ElementType("double", 11, "FP64", torch.float64),
+    ElementType("uint32", 12, "UINT32", torch.uint32),
+    ElementType("uint64", 13, "UINT64", torch.uint64),
+    ElementType("bfloat16", 16, "BF16", torch.bfloat16),
+)
+
+_BY_ONNX = {t.onnx_name: t for t in ELEMENT_TYPES}
+_BY_TRITON = {t.triton_name: t for t in ELEMENT_TYPES}
+_BY_TORCH = {t.torch_dtype: t for t in ELEMENT_TYPES}
+
+
+def from_onnx_type(type_string: str, where: str) -> ElementType:
+    """'tensor(float)' -> FP32. Strings and non-tensor types fail with `where` named."""
+    inner = type_string.removeprefix("tensor(").removesuffix(")")
+    if inner == "string":
+        raise ConfigError(
+            f"{where} is a string tensor; this model serves numeric and bool tensors only "
+            "(strings cannot travel through DLPack or IO binding on the device)"
+        )
+    if inner not in _BY_ONNX or not type_string.startswith("tensor("):
+        raise ConfigError(f"{where} has ONNX type {type_string!r}, which is not a supported tensor type")
+    return _BY_ONNX[inner]
+
+
+def from_triton_type(name: str, where: str) -> ElementType:
+    """'TYPE_FP32' or 'FP32' -> FP32."""
+    wire = name.removeprefix("TYPE_")
+    if wire not in _BY_TRITON:
+        raise ConfigError(f"{where} has data_type {name!r}; supported: {', '.join(sorted(_BY_TRITON))}")
+    return _BY_TRITON[wire]
+
+
+def from_torch_dtype(dtype: torch.dtype) -> ElementType | None:
+    return _BY_TORCH.get(dtype)

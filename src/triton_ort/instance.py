@@ -1,0 +1,83 @@
+"""One served model instance, everything model.py needs, and nothing that imports Triton."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import ProviderError
+from .gather import Result, run_requests
+from .options import ModelOptions, parameters_from_model_config, parse_options
+from .runner import IOBindingRunner
+from .session import Placement, create_session
+from .signature import check_config
+
+LOGGER = logging.getLogger(__name__)
+
+
+def _new_stream(device_id: int) -> torch.cuda.Stream:
+    """The stream this instance computes on: torch's copies and ORT's kernels are both queued on it."""
+    if not torch.cuda.is_available():
+        raise ProviderError(
+            f"this is a GPU instance (device {device_id}) but torch sees no CUDA device "
+            f"(torch {torch.__version__}); install a CUDA build of torch in the python backend's environment"
+        )
+    return torch.cuda.Stream(device=device_id)  # type: ignore[no-untyped-call]
+
+
+class ModelInstance:
+    """Session, IO binding and request gathering for one Triton model instance, built once at load."""
+
+    def __init__(
+        self, model_config: Mapping[str, Any], version_dir: Path, instance_kind: str, device_id: int
+    ) -> None:
+        self.options: ModelOptions = parse_options(parameters_from_model_config(model_config))
+        self._stream = _new_stream(device_id) if instance_kind.upper() == "GPU" else None
+        placement = (
+            Placement("cuda", device_id, self._stream.cuda_stream) if self._stream else Placement("cpu")
+        )
+        session = create_session(version_dir / self.options.onnx_file, self.options, placement)
+        self.runner = IOBindingRunner(session, placement)
+        check_config(model_config, self.runner.inputs, self.runner.outputs)
+        self.output_names = [str(entry["name"]) for entry in model_config.get("output", [])]
+        if not self.runner.placement.is_cuda:
+            self._stream = None  # the CUDA EP did not load and allow_cpu_fallback let it run on CPU
+        LOGGER.info(
+            "loaded %s on %s with providers %s; options %s",
+            self.options.onnx_file,
+            self.runner.device,
+            session.get_providers(),
+            self.options,
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return self.runner.device
+
+    def infer(self, requests: Sequence[Mapping[str, torch.Tensor]]) -> list[Result]:
+        """Results in request order. On return every output is complete on the device, so handing it on
+        through a raw DLPack capsule (which Triton does not synchronise) is safe."""
+        stats_before = dataclasses.replace(self.runner.stats)
+        stream_context = torch.cuda.stream(self._stream) if self._stream else contextlib.nullcontext()
+        with stream_context:
+            results = run_requests(self.runner, requests, self.options.gather_requests)
+        if self._stream is not None:
+            self._stream.synchronize()
+        if LOGGER.isEnabledFor(logging.DEBUG):
+            LOGGER.debug(
+                "execute: %d request(s), inputs on %s -> %d ORT run(s), %d host-to-device copies",
+                len(requests),
+                sorted({str(t.device) for tensors in requests for t in tensors.values()}),
+                self.runner.stats.ort_runs - stats_before.ort_runs,
+                self.runner.stats.host_to_device_copies - stats_before.host_to_device_copies,
+            )
+        return [
+            result if isinstance(result, Exception) else {name: result[name] for name in self.output_names}
+            for result in results
+        ]

@@ -1,0 +1,181 @@
+"""ONNX Runtime session factory, and the diagnosis of a CUDA execution provider that did not load.
+
+ORT quietly drops a provider it cannot load and runs on CPU; the first sign is then IO binding's
+"There's no data transfer registered for copying tensors from Device:[DeviceType:1 ...]". We check the
+session's providers right after creating it and, when CUDA is missing, say why and what to do.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import importlib.metadata
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnxruntime as ort
+
+from .errors import ProviderError
+from .options import ModelOptions
+
+LOGGER = logging.getLogger(__name__)
+
+CUDA_EP = "CUDAExecutionProvider"
+CPU_EP = "CPUExecutionProvider"
+
+_OPTIMIZATION_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a session computes: 'cuda' with a device id and the CUDA stream to compute on, or 'cpu'."""
+
+    device_type: str
+    device_id: int = 0
+    cuda_stream: int | None = None
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device_type == "cuda"
+
+
+def _session_options(options: ModelOptions) -> ort.SessionOptions:
+    session_options = ort.SessionOptions()
+    session_options.graph_optimization_level = _OPTIMIZATION_LEVELS[options.graph_optimization_level]
+    session_options.intra_op_num_threads = options.intra_op_num_threads
+    session_options.inter_op_num_threads = options.inter_op_num_threads
+    return session_options
+
+
+def cuda_provider_options(options: ModelOptions, placement: Placement) -> dict[str, str]:
+    provider_options = {
+        "device_id": str(placement.device_id),
+        # ORT's own copies go on the default stream; our copies and kernels are ordered on cuda_stream.
+        "do_copy_in_default_stream": "1",
+        "arena_extend_strategy": options.arena_extend_strategy,
+        "cudnn_conv_algo_search": options.cudnn_conv_algo_search,
+    }
+    if placement.cuda_stream is not None:
+        # Kernels run on the caller's (torch's) stream, so torch allocations, copies and ORT kernels are
+        # ordered without extra synchronisation.
+        provider_options["user_compute_stream"] = str(placement.cuda_stream)
+    if options.gpu_mem_limit:
+        provider_options["gpu_mem_limit"] = str(options.gpu_mem_limit)
+    return provider_options
+
+
+def preload_cuda_libraries() -> None:
+    """Make CUDA/cuDNN libraries from the nvidia-* pip packages loadable before the CUDA EP needs them.
+
+    ORT >= 1.21 has `preload_dlls()`. Older builds rely on the loader path; importing torch loads only part
+    of cuDNN 9, so the rest of pip's cuDNN is loaded here explicitly (never put pip's CUDA folders on a
+    server-wide LD_LIBRARY_PATH, which would displace the CUDA libraries of Triton's own backends).
+    """
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is not None:
+        preload(cuda=True, cudnn=True, msvc=False)
+        return
+    try:
+        import nvidia.cudnn
+    except ImportError:
+        return
+    for path in nvidia.cudnn.__path__:
+        for library in sorted(glob.glob(os.path.join(path, "lib", "libcudnn*.so*"))):
+            try:
+                ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
+            except OSError as error:
+                LOGGER.warning("could not preload %s: %s", library, error)
+
+
+def create_session(model_path: Path, options: ModelOptions, placement: Placement) -> ort.InferenceSession:
+    """A session on `placement`; a GPU session without a working CUDA EP fails here, with a diagnosis."""
+    if not model_path.is_file():
+        raise ProviderError(
+            f"ONNX file {model_path} does not exist (parameter onnx_file={options.onnx_file!r})"
+        )
+    providers: list[str | tuple[str, dict[str, str]]] = [CPU_EP]
+    if placement.is_cuda and CUDA_EP in ort.get_available_providers():
+        preload_cuda_libraries()
+        providers = [(CUDA_EP, cuda_provider_options(options, placement)), CPU_EP]
+    session = ort.InferenceSession(str(model_path), _session_options(options), providers=providers)
+    if placement.is_cuda and CUDA_EP not in session.get_providers():
+        diagnosis = diagnose_missing_cuda_provider()
+        if not options.allow_cpu_fallback:
+            raise ProviderError(diagnosis)
+        LOGGER.warning("allow_cpu_fallback is set: running %s on CPU. %s", model_path.name, diagnosis)
+    return session
+
+
+def session_placement(session: ort.InferenceSession, requested: Placement) -> Placement:
+    """Where the session really runs (CPU when a CUDA request fell back)."""
+    if requested.is_cuda and CUDA_EP not in session.get_providers():
+        return Placement("cpu")
+    return requested
+
+
+def _installed_ort_distributions() -> list[str]:
+    found = []
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        if name == "onnxruntime" or name.startswith("onnxruntime-") or name.startswith("ort-"):
+            found.append(f"{name}=={dist.version}")
+    return sorted(found)
+
+
+def _cuda_provider_load_error() -> str | None:
+    """dlopen the CUDA provider library to learn which dependency is missing, when the build has one."""
+    library = Path(ort.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
+    if not library.exists():
+        return None
+    try:
+        ctypes.CDLL(str(library))
+    except OSError as error:
+        return str(error)
+    return None
+
+
+def diagnose_missing_cuda_provider() -> str:
+    """Why a session asked for CUDA but has none, and the fix, in words a user can act on."""
+    distributions = _installed_ort_distributions()
+    available = ort.get_available_providers()
+    lines = [
+        "CUDA was requested (GPU instance) but the ONNX Runtime session has no CUDAExecutionProvider; "
+        "binding device memory would fail with ORT's \"There's no data transfer registered for copying "
+        'tensors from Device:[DeviceType:1 ...]".',
+        f"  onnxruntime module: {ort.__file__} (version {ort.__version__}, get_device()={ort.get_device()})",
+        f"  installed distributions: {', '.join(distributions) or 'none found'}",
+        f"  available providers: {available}",
+    ]
+    names = {d.split("==")[0] for d in distributions}
+    if "onnxruntime" in names and "onnxruntime-gpu" in names:
+        lines.append(
+            "  cause: both onnxruntime (CPU) and onnxruntime-gpu are installed; they share the module "
+            "'onnxruntime' and the CPU one shadows the GPU one. Fix: pip uninstall -y onnxruntime "
+            "onnxruntime-gpu && pip install onnxruntime-gpu==<the version built for your CUDA>"
+        )
+    elif CUDA_EP not in available:
+        lines.append(
+            "  cause: this onnxruntime build has no CUDA provider. Fix: install onnxruntime-gpu (built for "
+            "your CUDA major version) instead of onnxruntime"
+        )
+    else:
+        load_error = _cuda_provider_load_error()
+        lines.append(
+            "  cause: the CUDA provider is built in but failed to load"
+            + (
+                f": {load_error}"
+                if load_error
+                else " (see ORT's log above for the library it could not load)"
+            )
+            + ". Fix: make that CUDA/cuDNN library loadable (the onnxruntime-gpu build must match the "
+            "CUDA and cuDNN major versions present; see docs/docker.md)"
+        )
+    lines.append('  To run on CPU instead, set parameter allow_cpu_fallback: "true" or use KIND_CPU.')
+    return "\n".join(lines)

@@ -1,0 +1,81 @@
+"""Small ONNX graphs built in the tests, covering what the demo does not: several inputs and outputs,
+int64/bool/fp16, every element type, data-dependent output shapes, runtime failures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper
+
+OPSET = [helper.make_opsetid("", 17)]
+
+
+def _save(graph: onnx.GraphProto, path: Path) -> Path:
+    model = helper.make_model(graph, opset_imports=OPSET)
+    model.ir_version = 8  # readable by every ORT we support
+    onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def multi_io(path: Path) -> Path:
+    """a fp16[b,3] -> a+a; b int64[b,4] -> sum over axis 1 [b,1]; c bool[b,2] -> not c."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["a", "a"], ["a_twice"]),
+            helper.make_node("ReduceSum", ["b", "axes"], ["b_sum"], keepdims=1),
+            helper.make_node("Not", ["c"], ["c_not"]),
+        ],
+        "multi_io",
+        [
+            v("a", TensorProto.FLOAT16, ["batch", 3]),
+            v("b", TensorProto.INT64, ["batch", 4]),
+            v("c", TensorProto.BOOL, ["batch", 2]),
+        ],
+        [
+            v("a_twice", TensorProto.FLOAT16, ["batch", 3]),
+            v("b_sum", TensorProto.INT64, ["batch", 1]),
+            v("c_not", TensorProto.BOOL, ["batch", 2]),
+        ],
+        initializer=[helper.make_tensor("axes", TensorProto.INT64, [1], [1])],
+    )
+    return _save(graph, path)
+
+
+def identity(path: Path, element_type: int) -> Path:
+    """x[b,2] -> y, for one element type."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "identity",
+        [v("x", element_type, ["batch", 2])],
+        [v("y", element_type, ["batch", 2])],
+    )
+    return _save(graph, path)
+
+
+def nonzero(path: Path) -> Path:
+    """x float[b,4] -> indices of its non-zero entries: int64[2, ?], a data-dependent shape."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("NonZero", ["x"], ["indices"])],
+        "nonzero",
+        [v("x", TensorProto.FLOAT, ["batch", 4])],
+        [v("indices", TensorProto.INT64, [2, None])],
+    )
+    return _save(graph, path)
+
+
+def pairwise_add(path: Path) -> Path:
+    """x[b,n] + y[b,m]: only valid when n == m, so ORT fails at run time for a request where they differ."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "y"], ["z"])],
+        "pairwise_add",
+        [v("x", TensorProto.FLOAT, ["batch", "n"]), v("y", TensorProto.FLOAT, ["batch", "m"])],
+        [v("z", TensorProto.FLOAT, ["batch", "n"])],
+    )
+    return _save(graph, path)

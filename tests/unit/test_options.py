@@ -1,0 +1,50 @@
+import pytest
+
+from triton_ort import ConfigError, ModelOptions, parse_options
+from triton_ort.options import parameters_from_model_config
+
+
+def test_defaults_when_no_parameters() -> None:
+    assert parse_options({}) == ModelOptions()
+
+
+def test_values_are_parsed_and_backend_keys_ignored() -> None:
+    options = parse_options(
+        {
+            "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
+            "onnx_file": "net.onnx",
+            "allow_cpu_fallback": "True",
+            "gpu_mem_limit": "1073741824",
+            "graph_optimization_level": "basic",
+            "gather_requests": "0",
+        }
+    )
+    assert options.onnx_file == "net.onnx"
+    assert options.allow_cpu_fallback is True
+    assert options.gpu_mem_limit == 1 << 30
+    assert options.graph_optimization_level == "basic"
+    assert options.gather_requests is False
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"onnx_fil": "x.onnx"}, "unknown parameter 'onnx_fil'; known parameters: allow_cpu_fallback"),
+        ({"allow_cpu_fallback": "maybe"}, "parameter 'allow_cpu_fallback': 'maybe' is not a boolean"),
+        ({"gpu_mem_limit": "2GB"}, "parameter 'gpu_mem_limit': '2GB' is not a whole number"),
+        ({"intra_op_num_threads": "-1"}, "parameter 'intra_op_num_threads': -1 is negative"),
+        ({"graph_optimization_level": "max"}, "'max' is not one of disable, basic, extended, all"),
+        ({"arena_extend_strategy": "grow"}, "'grow' is not one of kNextPowerOfTwo, kSameAsRequested"),
+        ({"onnx_file": " "}, "parameter 'onnx_file' is empty"),
+    ],
+)
+def test_bad_parameters_name_key_value_and_expectation(parameters: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_options(parameters)
+    assert message in str(caught.value)
+
+
+def test_parameters_come_from_triton_json() -> None:
+    config = {"parameters": {"onnx_file": {"string_value": "a.onnx"}}}
+    assert parameters_from_model_config(config) == {"onnx_file": "a.onnx"}
+    assert parameters_from_model_config({}) == {}

@@ -1,0 +1,47 @@
+"""A GPU request on a machine whose ORT has no CUDA provider gets our diagnosis, not ORT's error."""
+
+import logging
+
+import onnxruntime as ort
+import pytest
+
+from tests.paths import demo_onnx
+from triton_ort import ModelOptions, Placement, ProviderError, create_session
+from triton_ort.session import CUDA_EP, cuda_provider_options
+
+pytestmark = pytest.mark.skipif(
+    CUDA_EP in ort.get_available_providers(), reason="this onnxruntime has the CUDA provider"
+)
+
+
+def test_cuda_requested_without_cuda_provider_fails_with_diagnosis() -> None:
+    with pytest.raises(ProviderError) as caught:
+        create_session(demo_onnx(), ModelOptions(), Placement("cuda", 0, None))
+    message = str(caught.value)
+    assert "has no CUDAExecutionProvider" in message
+    assert "installed distributions: " in message and "onnxruntime==" in message
+    assert "available providers: ['" in message
+    assert "install onnxruntime-gpu" in message
+    assert "allow_cpu_fallback" in message
+
+
+def test_cpu_fallback_is_explicit_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="triton_ort"):
+        session = create_session(demo_onnx(), ModelOptions(allow_cpu_fallback=True), Placement("cuda"))
+    assert session.get_providers() == ["CPUExecutionProvider"]
+    assert "allow_cpu_fallback is set: running model.onnx on CPU" in caplog.text
+
+
+def test_missing_onnx_file_is_named(tmp_path: pytest.TempPathFactory) -> None:
+    with pytest.raises(ProviderError, match=r"ONNX file .*nothing\.onnx does not exist"):
+        create_session(
+            demo_onnx().parent / "nothing.onnx", ModelOptions(onnx_file="nothing.onnx"), Placement("cpu")
+        )
+
+
+def test_cuda_options_carry_stream_device_and_copy_mode() -> None:
+    options = cuda_provider_options(ModelOptions(gpu_mem_limit=1024), Placement("cuda", 1, 12345))
+    assert options["device_id"] == "1"
+    assert options["do_copy_in_default_stream"] == "1"
+    assert options["user_compute_stream"] == "12345"
+    assert options["gpu_mem_limit"] == "1024"
