@@ -48,26 +48,26 @@ class CudaShmIO:
         return region
 
     def __enter__(self) -> CudaShmIO:
-        self._infer_inputs = []
+        self.infer_inputs = []
         for name, array in self.inputs.items():
             region = self._region(name, array.nbytes)
             self._cudashm.set_shared_memory_region(self._regions[name], [np.ascontiguousarray(array)])
             item = self._module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
             item.set_shared_memory(region, array.nbytes)
-            self._infer_inputs.append(item)
-        self._requested = []
+            self.infer_inputs.append(item)
+        self.requested_outputs = []
         for name, (dtype, shape) in self.outputs.items():
             byte_size = int(np.prod(shape)) * np.dtype(dtype).itemsize
             region = self._region(name, byte_size)
             item = self._module.InferRequestedOutput(name)
             item.set_shared_memory(region, byte_size)
-            self._requested.append(item)
+            self.requested_outputs.append(item)
         return self
 
     def infer(self) -> float:
         """One request over the registered regions; returns its latency in seconds."""
         started = time.perf_counter()
-        self.client.infer(self.model, self._infer_inputs, outputs=self._requested)
+        self.client.infer(self.model, self.infer_inputs, outputs=self.requested_outputs)
         return time.perf_counter() - started
 
     def read_outputs(self) -> dict[str, np.ndarray]:

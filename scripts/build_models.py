@@ -1,14 +1,18 @@
 """Build the ONNX files of the model repository from small torch modules, deterministically.
 
-    python scripts/build_models.py --out model_repository
+    python scripts/build_models.py --out model_repository                 # the demo
+    python scripts/build_models.py --bench --out bench_repository --models demo mlp4096
 
 Weights come from a fixed seed, so every build writes the same graph and the same numbers; the .onnx files
-are build outputs and are not committed.
+are build outputs and are not committed. With --bench, each model is written twice into a benchmark
+repository: served by our zero-copy model.py (`<name>`) and by the naive tutorial model (`<name>_naive`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -21,10 +25,44 @@ def demo_classifier() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(2010, 512), torch.nn.ReLU(), torch.nn.Linear(512, 2))
 
 
+def mlp(width: int) -> Callable[[], torch.nn.Module]:
+    """Four Gemm layers `width` wide: compute-bound at 4096 on a GPU, mid-size at 1024 on a CPU."""
+
+    def factory() -> torch.nn.Module:
+        layers: list[torch.nn.Module] = []
+        for _ in range(4):
+            layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+        return torch.nn.Sequential(*layers[:-1])
+
+    return factory
+
+
 MODELS: dict[str, tuple[Callable[[], torch.nn.Module], str, str, int]] = {
     # name: (module factory, input name, output name, input width)
     "demo": (demo_classifier, "np_script_embeddings", "np_logits", 2010),
+    "mlp1024": (mlp(1024), "x", "y", 1024),
+    "mlp4096": (mlp(4096), "x", "y", 4096),
 }
+
+ROOT = Path(__file__).resolve().parent.parent
+ZERO_COPY_MODEL_PY = ROOT / "model_repository" / "demo" / "1" / "model.py"
+NAIVE_MODEL_PY = ROOT / "client" / "bench_naive_model.py"
+
+
+def bench_config(
+    name: str, input_name: str, output_name: str, width: int, out_width: int, naive: bool
+) -> str:
+    # The naive model reads inputs with as_numpy(), so it keeps the backend's default CPU-only inputs.
+    force_cpu = "yes" if naive else "no"
+    return f"""name: "{name}"
+backend: "python"
+max_batch_size: 1024
+input [ {{ name: "{input_name}", data_type: TYPE_FP32, dims: [ {width} ] }} ]
+output [ {{ name: "{output_name}", data_type: TYPE_FP32, dims: [ {out_width} ] }} ]
+instance_group [ {{ kind: KIND_AUTO, count: 1 }} ]
+dynamic_batching {{ max_queue_delay_microseconds: 0 }}
+parameters [ {{ key: "FORCE_CPU_ONLY_INPUT_TENSORS", value: {{ string_value: "{force_cpu}" }} }} ]
+"""
 
 
 def export(module: torch.nn.Module, path: Path, input_name: str, output_name: str, width: int) -> None:
@@ -45,13 +83,34 @@ def export(module: torch.nn.Module, path: Path, input_name: str, output_name: st
         )
 
 
-def build(out: Path, names: list[str]) -> None:
+def build(out: Path, names: list[str], bench: bool = False) -> None:
     for name in names:
         factory, input_name, output_name, width = MODELS[name]
         torch.manual_seed(0)
+        module = factory()
         target = out / name / "1" / "model.onnx"
-        export(factory(), target, input_name, output_name, width)
+        export(module, target, input_name, output_name, width)
         print(f"wrote {target} ({target.stat().st_size} bytes)")
+        if bench:
+            out_width = int(module(torch.zeros(1, width)).shape[1])
+            write_bench_models(out, name, target, input_name, output_name, width, out_width)
+
+
+def write_bench_models(
+    out: Path, name: str, onnx_path: Path, input_name: str, output_name: str, width: int, out_width: int
+) -> None:
+    for served_name, model_py, naive in (
+        (name, ZERO_COPY_MODEL_PY, False),
+        (f"{name}_naive", NAIVE_MODEL_PY, True),
+    ):
+        version = out / served_name / "1"
+        version.mkdir(parents=True, exist_ok=True)
+        shutil.copy(model_py, version / "model.py")
+        if served_name != name:
+            (version / "model.onnx").unlink(missing_ok=True)
+            os.link(onnx_path, version / "model.onnx")  # a hard link: the 4096-wide MLP is 268 MB
+        config = bench_config(served_name, input_name, output_name, width, out_width, naive)
+        (out / served_name / "config.pbtxt").write_text(config)
 
 
 def main() -> None:
@@ -60,8 +119,9 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=Path("model_repository"))
     parser.add_argument("--models", nargs="*", default=["demo"], choices=sorted(MODELS))
+    parser.add_argument("--bench", action="store_true", help="also write configs and the naive twin")
     args = parser.parse_args()
-    build(args.out, args.models)
+    build(args.out, args.models, args.bench)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,8 @@ class LocalTritonServer:
     extra_args: Sequence[str] = ()
     startup_timeout_s: float = 120.0
     log_verbose: int = 0
+    cuda_memory_pool_bytes: int = 256 << 20
+    """Per-GPU pool that carries GPU tensors between server and stub; size it for the tensors in flight."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment for the server and its stubs (e.g. TRITON_ORT_LOG_LEVEL=DEBUG)."""
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
@@ -133,7 +135,7 @@ class LocalTritonServer:
         if _gpu_present():
             # GPU tensors travel between server and stub through this pool; below the tensors' size the
             # python backend falls back to slower per-buffer CUDA IPC.
-            args.append("--cuda-memory-pool-byte-size=0:268435456")
+            args.append(f"--cuda-memory-pool-byte-size=0:{self.cuda_memory_pool_bytes}")
         return [*args, *self.extra_args]
 
     def start(self) -> LocalTritonServer:

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The GPU test host's run (../shared/GPU.md): install this project into the host's Python (the one the
+# python-backend stub follows), build the models, run every test tier, the smoke check and the benchmark.
+# Usage on the host, from the project root, after .gpu-wheels/device-install.sh:
+#   OUT=/some/dir bash scripts/gpu_check.sh [bench-models...]
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-deps --no-index --no-build-isolation -e . || exit 1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu-info.txt"
+python3 -c "import torch, onnxruntime as o, numpy; print('torch', torch.__version__, 'ort', o.__version__, o.get_available_providers(), 'numpy', numpy.__version__)" | tee -a "$OUT/gpu-info.txt"
+python3 scripts/build_models.py --out model_repository --models demo
+status=0
+python3 -m pytest -q -rs tests/unit tests/integration tests/gpu -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" || status=1
+python3 -m client.smoke --local 2>&1 | tee "$OUT/smoke.log" || status=1
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  python3 scripts/build_models.py --bench --out bench_repository --models ${*:-demo mlp4096} > /dev/null
+  python3 -m client.bench --models ${*:-demo mlp4096} --out "$OUT/bench-gpu.json" 2>"$OUT/bench-progress.log" \
+    | tee "$OUT/bench.log" || status=1
+fi
+exit $status
