@@ -10,8 +10,9 @@ Anchors, measured in the same run on the same batch:
   naive    the tutorial model (as_numpy -> session.run -> numpy) behind the same tritonserver
   pytriton nvidia-pytriton serving the same ORT IO-binding function (numpy over gRPC; it has no GPU path)
 
-The load generator is asyncio over tritonclient's grpc.aio: `concurrency` requests in flight, each
-worker sending its next request as soon as its previous answer arrives. The Triton SDK image's
+The load generator is closed-loop: at concurrency 1 one synchronous gRPC client (as perf_analyzer's
+default); above it asyncio over tritonclient's grpc.aio, `concurrency` requests in flight, each worker
+sending its next request as soon as its previous answer arrives. The Triton SDK image's
 perf_analyzer measures the same thing:
   perf_analyzer -m demo -i grpc -u 127.0.0.1:8001 -b 100 --concurrency-range 1:16:3 \
       --shared-memory cuda --output-shared-memory-size 800
@@ -153,6 +154,29 @@ async def _load(
         await client.close()
 
 
+def _sync_load(
+    client: grpcclient.InferenceServerClient,
+    model: str,
+    worker: tuple[list[Any], list[Any]],
+    args: argparse.Namespace,
+    label: str,
+) -> tuple[list[float], float]:
+    inputs, outputs = worker
+    warm_until = time.perf_counter() + args.warmup
+    while time.perf_counter() < warm_until:
+        client.infer(model, inputs, outputs=outputs)
+    latencies: list[float] = []
+    started = time.perf_counter()
+    stop_at = started + args.duration
+    while time.perf_counter() < stop_at or len(latencies) < args.min_requests:
+        t0 = time.perf_counter()
+        client.infer(model, inputs, outputs=outputs)
+        latencies.append(time.perf_counter() - t0)
+        if len(latencies) % 200 == 0:
+            _progress(f"{label}: {len(latencies)} requests")
+    return latencies, time.perf_counter() - started
+
+
 def _numpy_workers(inputs: dict[str, np.ndarray], outputs: list[str], concurrency: int) -> list[Any]:
     workers = []
     for _ in range(concurrency):
@@ -199,7 +223,10 @@ def measure_server(
         if problems:
             raise SystemExit(f"{label}: WRONG ANSWER: {problems}")
         before = _stats(client, served_name) if stats else None
-        latencies, wall = asyncio.run(_load(url, served_name, workers, args, label))
+        if concurrency == 1:
+            latencies, wall = _sync_load(client, served_name, workers[0], args, label)
+        else:
+            latencies, wall = asyncio.run(_load(url, served_name, workers, args, label))
         stages = _stage_deltas(before, _stats(client, served_name)) if before else {}
     _progress("")
     batch = next(iter(inputs.values())).shape[0]
@@ -263,25 +290,82 @@ def pytriton_server(onnx_path: Path, name: str) -> Iterator[str]:
         log.close()
 
 
-def bench_model(model: str, server_url: str, repository: Path, args: argparse.Namespace) -> list[Measurement]:
-    from onnxruntime import InferenceSession
+@dataclass
+class Workload:
+    """One model's request: its inputs, the expected answer, and the output layout for shared memory."""
 
-    onnx_path = repository / model / "1" / "model.onnx"
-    batch = args.batch or BATCH[model]
-    session = InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    spec, out = session.get_inputs()[0], session.get_outputs()[0]
-    x = np.random.default_rng(0).standard_normal((batch, *spec.shape[1:])).astype(np.float32)
-    inputs = {spec.name: x}
-    reference = reference_outputs(onnx_path, inputs)
-    layout = {out.name: (np.dtype(np.float32), (batch, *out.shape[1:]))}
+    onnx_path: Path
+    batch: int
+    inputs: dict[str, np.ndarray]
+    reference: dict[str, np.ndarray]
+    layout: dict[str, tuple[np.dtype[Any], tuple[int, ...]]]
+
+    @classmethod
+    def build(cls, model: str, repository: Path, batch: int) -> Workload:
+        from onnxruntime import InferenceSession
+
+        onnx_path = repository / model / "1" / "model.onnx"
+        session = InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+        spec, out = session.get_inputs()[0], session.get_outputs()[0]
+        x = np.random.default_rng(0).standard_normal((batch, *spec.shape[1:])).astype(np.float32)
+        inputs = {spec.name: x}
+        layout = {out.name: (np.dtype(np.float32), (batch, *out.shape[1:]))}
+        return cls(onnx_path, batch, inputs, reference_outputs(onnx_path, inputs), layout)
+
+
+def transport_for_ours() -> str:
+    return "cuda-shm" if torch.cuda.is_available() else "numpy"
+
+
+def profile_executes(repository: Path, models: list[str], args: argparse.Namespace) -> dict[str, float]:
+    """Median time our code spends per execute() inside the real stub (the library's debug line), from a
+    second server with debug logging on, so that the logging's cost stays out of the main measurements."""
+    import re
+
+    from triton_ort.local_server import LocalTritonServer
+
+    medians = {}
+    debug = {"TRITON_ORT_LOG_LEVEL": "DEBUG"}
+    with LocalTritonServer(repository, log_verbose=1, env=debug, cuda_memory_pool_bytes=2 << 30) as server:
+        for model in models:
+            work = Workload.build(model, repository, args.batch or BATCH[model])
+            start = len(server.log())
+            measure_server(
+                server.grpc_url,
+                model,
+                model,
+                "ours",
+                transport_for_ours(),
+                1,
+                work.inputs,
+                work.layout,
+                work.reference,
+                args,
+                stats=False,
+            )
+            times = [float(t) for t in re.findall(r"host-to-device copies, (\d+) us", server.log()[start:])]
+            medians[model] = float(np.median(times)) if times else float("nan")
+    return medians
+
+
+def bench_model(model: str, server_url: str, repository: Path, args: argparse.Namespace) -> list[Measurement]:
+    work = Workload.build(model, repository, args.batch or BATCH[model])
+    onnx_path, batch, inputs, reference, layout = (
+        work.onnx_path,
+        work.batch,
+        work.inputs,
+        work.reference,
+        work.layout,
+    )
     gpu = torch.cuda.is_available()
-    transport = "cuda-shm" if gpu else "numpy"
+    transport = transport_for_ours()
     results = [measure_floor(onnx_path, model, batch, args)]
     run = lambda name, anchor, mode, c: measure_server(  # noqa: E731
         server_url, model, name, anchor, mode, c, inputs, layout, reference, args
     )
     for concurrency in args.concurrency:
         results.append(run(model, "ours", transport, concurrency))
+    results.append(run(f"{model}_x2", "ours-x2", transport, max(args.concurrency)))
     if gpu:
         results.append(run(model, "ours", "numpy", 1))
     for concurrency in (1, max(args.concurrency)):
@@ -334,6 +418,14 @@ def ratio_table(results: list[Measurement]) -> str:
                 (
                     f"ours throughput c={top} / in-process",
                     f"{ours_top.requests_per_s * floor.p50_us / 1e6:.2f}x",
+                )
+            )
+        ours_x2 = _find(ms, anchor="ours-x2", concurrency=top)
+        if floor and ours_x2:
+            rows.append(
+                (
+                    f"ours 2 instances throughput c={top} / in-process",
+                    f"{ours_x2.requests_per_s * floor.p50_us / 1e6:.2f}x",
                 )
             )
         if py1 and ours1:
@@ -404,6 +496,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--min-requests", type=int, default=20)
     parser.add_argument("--skip-pytriton", action="store_true")
+    parser.add_argument(
+        "--profile", action="store_true", help="also time our code per execute (debug server)"
+    )
     parser.add_argument("--rtol", type=float, default=2e-3)
     parser.add_argument("--atol", type=float, default=2e-3)
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench.json")
@@ -421,16 +516,20 @@ def main() -> None:
         for model in args.models:
             results += bench_model(model, url, args.repository, args)
             print(f"\n{results_table([m for m in results if m.model == model])}", file=sys.stderr)
+    execute_us = profile_executes(args.repository, args.models, args) if args.profile else {}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "environment": environment(),
         "command": " ".join(sys.argv),
         "results": [asdict(m) for m in results],
+        "our_code_per_execute_us_p50": execute_us,
     }
     args.out.write_text(json.dumps(report, indent=2))
     print(json.dumps(report["environment"]))
     print(results_table(results))
     print(ratio_table(results))
+    for model, micros in execute_us.items():
+        print(f"{model:<8} | our code per execute (p50, c=1, debug server)   | {micros:.0f} us")
     print(f"\nresults: {args.out}")
 
 

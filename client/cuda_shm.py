@@ -72,9 +72,7 @@ class CudaShmIO:
 
     def read_outputs(self) -> dict[str, np.ndarray]:
         return {
-            name: self._cudashm.get_contents_as_numpy(
-                self._regions[name], np_to_triton_dtype(dtype), list(shape)
-            )
+            name: self._cudashm.get_contents_as_numpy(self._regions[name], np.dtype(dtype).type, list(shape))
             for name, (dtype, shape) in self.outputs.items()
         }
 

@@ -50,7 +50,7 @@ NAIVE_MODEL_PY = ROOT / "client" / "bench_naive_model.py"
 
 
 def bench_config(
-    name: str, input_name: str, output_name: str, width: int, out_width: int, naive: bool
+    name: str, input_name: str, output_name: str, width: int, out_width: int, naive: bool, instances: int = 1
 ) -> str:
     # The naive model reads inputs with as_numpy(), so it keeps the backend's default CPU-only inputs.
     force_cpu = "yes" if naive else "no"
@@ -59,7 +59,7 @@ backend: "python"
 max_batch_size: 1024
 input [ {{ name: "{input_name}", data_type: TYPE_FP32, dims: [ {width} ] }} ]
 output [ {{ name: "{output_name}", data_type: TYPE_FP32, dims: [ {out_width} ] }} ]
-instance_group [ {{ kind: KIND_AUTO, count: 1 }} ]
+instance_group [ {{ kind: KIND_AUTO, count: {instances} }} ]
 dynamic_batching {{ max_queue_delay_microseconds: 0 }}
 parameters [ {{ key: "FORCE_CPU_ONLY_INPUT_TENSORS", value: {{ string_value: "{force_cpu}" }} }} ]
 """
@@ -99,17 +99,19 @@ def build(out: Path, names: list[str], bench: bool = False) -> None:
 def write_bench_models(
     out: Path, name: str, onnx_path: Path, input_name: str, output_name: str, width: int, out_width: int
 ) -> None:
-    for served_name, model_py, naive in (
-        (name, ZERO_COPY_MODEL_PY, False),
-        (f"{name}_naive", NAIVE_MODEL_PY, True),
-    ):
+    variants = (
+        (name, ZERO_COPY_MODEL_PY, False, 1),
+        (f"{name}_x2", ZERO_COPY_MODEL_PY, False, 2),  # two instances: stub overheads overlap under load
+        (f"{name}_naive", NAIVE_MODEL_PY, True, 1),
+    )
+    for served_name, model_py, naive, instances in variants:
         version = out / served_name / "1"
         version.mkdir(parents=True, exist_ok=True)
         shutil.copy(model_py, version / "model.py")
-        if served_name != name:
+        if served_name != name:  # every variant shares the one ONNX file
             (version / "model.onnx").unlink(missing_ok=True)
             os.link(onnx_path, version / "model.onnx")  # a hard link: the 4096-wide MLP is 268 MB
-        config = bench_config(served_name, input_name, output_name, width, out_width, naive)
+        config = bench_config(served_name, input_name, output_name, width, out_width, naive, instances)
         (out / served_name / "config.pbtxt").write_text(config)
 
 

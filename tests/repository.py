@@ -30,14 +30,19 @@ def _tensor(name: str, data_type: str, dims: list[int]) -> str:
 
 
 def _config(
-    name: str, inputs: list[str], outputs: list[str], max_batch_size: int = 64, queue_delay_us: int = 100
+    name: str,
+    inputs: list[str],
+    outputs: list[str],
+    max_batch_size: int = 64,
+    queue_delay_us: int = 100,
+    kind: str = "KIND_AUTO",
 ) -> str:
     return f"""name: "{name}"
 backend: "python"
 max_batch_size: {max_batch_size}
 input [ {", ".join(inputs)} ]
 output [ {", ".join(outputs)} ]
-instance_group [ {{ kind: KIND_AUTO, count: 1 }} ]
+instance_group [ {{ kind: {kind}, count: 1 }} ]
 dynamic_batching {{ max_queue_delay_microseconds: {queue_delay_us} }}
 parameters [ {{ key: "FORCE_CPU_ONLY_INPUT_TENSORS", value: {{ string_value: "no" }} }} ]
 """
@@ -64,7 +69,9 @@ def build_test_repository(repository: Path) -> Path:
             [_tensor("a_twice", "FP16", [3]), _tensor("b_sum", "INT64", [1]), _tensor("c_not", "BOOL", [2])],
         ),
     )
-    # A long queue delay so that concurrent requests reach one execute() together.
+    # A long queue delay so that concurrent requests reach one execute() together. On the CPU everywhere:
+    # ORT's CUDA GatherElements does not bounds-check its indices (an out-of-range index returns garbage
+    # instead of failing), and this model exists to fail one request of a batch.
     add_model(
         repository,
         "gather",
@@ -74,6 +81,7 @@ def build_test_repository(repository: Path) -> Path:
             [_tensor("x", "FP32", [4]), _tensor("idx", "INT64", [1])],
             [_tensor("out", "FP32", [1])],
             queue_delay_us=200_000,
+            kind="KIND_CPU",
         ),
     )
     return repository

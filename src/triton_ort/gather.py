@@ -26,9 +26,9 @@ def _group_key(tensors: Tensors) -> tuple[tuple[str, torch.dtype, tuple[int, ...
 
 
 def run_one(runner: IOBindingRunner, tensors: Tensors) -> Result:
-    """One request; any failure becomes that request's error instead of an exception."""
+    """One validated request; any failure becomes that request's error instead of an exception."""
     try:
-        return runner.run(tensors)
+        return runner.run(tensors, validated=True)
     except InputError as error:
         return error
     except torch.cuda.OutOfMemoryError as error:
@@ -42,7 +42,7 @@ def _run_gathered(runner: IOBindingRunner, group: Sequence[Tensors]) -> list[Res
     rows = [next(iter(tensors.values())).shape[0] for tensors in group]
     joint = {name: torch.cat([runner.to_device(tensors[name]) for tensors in group]) for name in group[0]}
     try:
-        outputs = runner.run(joint)
+        outputs = runner.run(joint, validated=True)  # its members were validated one by one
     except Exception as error:
         LOGGER.info("gathered run of %d requests failed (%s); running them one by one", len(group), error)
         return None

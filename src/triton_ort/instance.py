@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -63,19 +64,22 @@ class ModelInstance:
     def infer(self, requests: Sequence[Mapping[str, torch.Tensor]]) -> list[Result]:
         """Results in request order. On return every output is complete on the device, so handing it on
         through a raw DLPack capsule (which Triton does not synchronise) is safe."""
-        stats_before = dataclasses.replace(self.runner.stats)
+        debug = LOGGER.isEnabledFor(logging.DEBUG)
+        started = time.perf_counter()
+        stats_before = dataclasses.replace(self.runner.stats) if debug else self.runner.stats
         stream_context = torch.cuda.stream(self._stream) if self._stream else contextlib.nullcontext()
         with stream_context:
             results = run_requests(self.runner, requests, self.options.gather_requests)
         if self._stream is not None:
             self._stream.synchronize()
-        if LOGGER.isEnabledFor(logging.DEBUG):
+        if debug:
             LOGGER.debug(
-                "execute: %d request(s), inputs on %s -> %d ORT run(s), %d host-to-device copies",
+                "execute: %d request(s), inputs on %s -> %d ORT run(s), %d host-to-device copies, %.0f us",
                 len(requests),
                 sorted({str(t.device) for tensors in requests for t in tensors.values()}),
                 self.runner.stats.ort_runs - stats_before.ort_runs,
                 self.runner.stats.host_to_device_copies - stats_before.host_to_device_copies,
+                (time.perf_counter() - started) * 1e6,
             )
         return [
             result if isinstance(result, Exception) else {name: result[name] for name in self.output_names}

@@ -130,9 +130,11 @@ class IOBindingRunner:
                         f"got {first[1]} and {size}"
                     )
 
-    def run(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Validate, bind, run; returns every output as a torch tensor on the session's device."""
-        self.validate(tensors)
+    def run(self, tensors: Mapping[str, torch.Tensor], validated: bool = False) -> dict[str, torch.Tensor]:
+        """Validate (unless the caller just did), bind, run; every output is a torch tensor on the
+        session's device."""
+        if not validated:
+            self.validate(tensors)
         # Keep the bound tensors referenced until run() returns: ORT holds only their pointers.
         bound = {name: self.to_device(tensor) for name, tensor in tensors.items()}
         for spec in self.inputs:

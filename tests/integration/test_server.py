@@ -15,7 +15,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from client.triton_client import infer, model_metadata, reference_outputs
-from tests.paths import demo_onnx
+from tests.paths import SERVER_TOLERANCE, demo_onnx
 from tests.repository import build_mismatch_repository
 from triton_ort.local_server import LocalTritonServer
 
@@ -34,7 +34,7 @@ def test_demo_over_http_and_grpc_matches_in_process_ort(server: LocalTritonServe
     want = reference_outputs(demo_onnx(), {"np_script_embeddings": x})["np_logits"]
     for client in clients(server):
         got, _ = infer(client, "demo", {"np_script_embeddings": x}, ["np_logits"])
-        np.testing.assert_allclose(got["np_logits"], want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got["np_logits"], want, **SERVER_TOLERANCE)
 
 
 def test_raw_kserve_v2_json(server: LocalTritonServer) -> None:
@@ -61,7 +61,7 @@ def test_raw_kserve_v2_json(server: LocalTritonServer) -> None:
     assert output["name"] == "np_logits" and output["datatype"] == "FP32" and output["shape"] == [2, 2]
     want = reference_outputs(demo_onnx(), {"np_script_embeddings": x})["np_logits"]
     np.testing.assert_allclose(
-        np.array(output["data"], dtype=np.float32).reshape(2, 2), want, rtol=1e-5, atol=1e-6
+        np.array(output["data"], dtype=np.float32).reshape(2, 2), want, **SERVER_TOLERANCE
     )
 
 
