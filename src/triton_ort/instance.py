@@ -49,6 +49,8 @@ class ModelInstance:
         self.output_names = [str(entry["name"]) for entry in model_config.get("output", [])]
         if not self.runner.placement.is_cuda:
             self._stream = None  # the CUDA EP did not load and allow_cpu_fallback let it run on CPU
+        if self.options.warmup:
+            self._warm_up()
         LOGGER.info(
             "loaded %s on %s with providers %s; options %s",
             self.options.onnx_file,
@@ -56,6 +58,22 @@ class ModelInstance:
             session.get_providers(),
             self.options,
         )
+
+    def _warm_up(self) -> None:
+        zeros = {
+            spec.name: torch.zeros(
+                [d if isinstance(d, int) else 1 for d in spec.shape],
+                dtype=spec.element_type.torch_dtype,
+                device=self.runner.device,
+            )
+            for spec in self.runner.inputs
+        }
+        started = time.perf_counter()
+        result = self.infer([zeros])[0]
+        if isinstance(result, Exception):  # a model may reject zeros; serving can still go on
+            LOGGER.warning("warm-up run failed (set parameter warmup: false to skip it): %s", result)
+        else:
+            LOGGER.info("warm-up run took %.1f ms", (time.perf_counter() - started) * 1e3)
 
     @property
     def device(self) -> torch.device:
@@ -74,12 +92,14 @@ class ModelInstance:
             self._stream.synchronize()
         if debug:
             LOGGER.debug(
-                "execute: %d request(s), inputs on %s -> %d ORT run(s), %d host-to-device copies, %.0f us",
+                "execute: %d request(s), inputs on %s -> %d ORT run(s), %d host-to-device copies, "
+                "%.0f us (ORT run %.0f us)",
                 len(requests),
                 sorted({str(t.device) for tensors in requests for t in tensors.values()}),
                 self.runner.stats.ort_runs - stats_before.ort_runs,
                 self.runner.stats.host_to_device_copies - stats_before.host_to_device_copies,
                 (time.perf_counter() - started) * 1e6,
+                (self.runner.stats.ort_run_seconds - stats_before.ort_run_seconds) * 1e6,
             )
         return [
             result if isinstance(result, Exception) else {name: result[name] for name in self.output_names}

@@ -11,6 +11,7 @@ DLPack, again without a host copy.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ class RunnerStats:
 
     ort_runs: int = 0
     host_to_device_copies: int = 0
+    ort_run_seconds: float = 0.0  # inside session.run_with_iobinding (kernels, and ORT's end-of-run sync)
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,9 @@ class IOBindingRunner:
                 list(shape),
                 self._pointer(tensor),
             )
+        started = time.perf_counter()
         self.session.run_with_iobinding(self._binding)
+        self.stats.ort_run_seconds += time.perf_counter() - started
         self.stats.ort_runs += 1
         if len(preallocated) == len(self.outputs):
             return preallocated

@@ -106,18 +106,20 @@ def test_cuda_shm_inputs_reach_the_model_on_gpu_through_tritonserver(tmp_path: P
     want = reference_outputs(demo_onnx(), {"np_script_embeddings": x})["np_logits"]
     with LocalTritonServer(repository, log_verbose=1, env={"TRITON_ORT_LOG_LEVEL": "DEBUG"}) as server:
         client = grpcclient.InferenceServerClient(server.grpc_url)
+        loaded = len(server.log())  # the warm-up runs at load log execute lines too
         layout = {"np_logits": (np.dtype(np.float32), (64, 2))}
         with CudaShmIO(client, "demo", {"np_script_embeddings": x}, layout) as shm:
             shm.infer()
             from_shm = shm.read_outputs()["np_logits"]
-        over_grpc, _ = infer(client, "demo", {"np_script_embeddings": x}, ["np_logits"])
+        over_grpc = infer(client, "demo", {"np_script_embeddings": x}, ["np_logits"])[0]["np_logits"]
         log = server.log()
+        requests_log = log[loaded:]
     print("\n".join(line for line in log.splitlines() if "triton_ort" in line or "model.py" in line))
     np.testing.assert_allclose(from_shm, want, **TF32)
     np.testing.assert_allclose(over_grpc, want, **TF32)
     assert re.search(r"providers \['CUDAExecutionProvider'", log), "the demo did not load on the CUDA EP"
     executes = re.findall(
-        r"execute: \d+ request\(s\), inputs on \[(.*?)\] -> \d+ ORT run\(s\), (\d+) host", log
+        r"execute: \d+ request\(s\), inputs on \[(.*?)\] -> \d+ ORT run\(s\), (\d+) host", requests_log
     )
     assert executes[0] == ("'cuda:0'", "0"), f"CUDA-shm request: {executes[0]}"  # on the GPU, no host copy
     assert executes[1] == ("'cpu'", "1"), f"numpy request: {executes[1]}"  # body tensors arrive on the CPU
