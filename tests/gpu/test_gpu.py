@@ -104,7 +104,8 @@ def test_cuda_shm_inputs_reach_the_model_on_gpu_through_tritonserver(tmp_path: P
     repository = build_test_repository(tmp_path / "repository")
     x = np.random.default_rng(0).standard_normal((64, 2010)).astype(np.float32)
     want = reference_outputs(demo_onnx(), {"np_script_embeddings": x})["np_logits"]
-    with LocalTritonServer(repository, log_verbose=1, env={"TRITON_ORT_LOG_LEVEL": "DEBUG"}) as server:
+    debug = {"TRITON_ORT_LOG_LEVEL": "DEBUG", "TRITON_ORT_COUNT_COPIES": "1"}
+    with LocalTritonServer(repository, log_verbose=1, env=debug) as server:
         client = grpcclient.InferenceServerClient(server.grpc_url)
         loaded = len(server.log())  # the warm-up runs at load log execute lines too
         layout = {"np_logits": (np.dtype(np.float32), (64, 2))}
@@ -123,3 +124,6 @@ def test_cuda_shm_inputs_reach_the_model_on_gpu_through_tritonserver(tmp_path: P
     )
     assert executes[0] == ("'cuda:0'", "0"), f"CUDA-shm request: {executes[0]}"  # on the GPU, no host copy
     assert executes[1] == ("'cpu'", "1"), f"numpy request: {executes[1]}"  # body tensors arrive on the CPU
+    # CUPTI's count of every host<->device memcpy in the model process during each execute():
+    cupti = re.findall(r"host<->device copies \(CUPTI\): (\d+)", requests_log)
+    assert cupti[:2] == ["0", "1"], f"CUPTI copy counts (CUDA-shm request, numpy request): {cupti}"

@@ -21,6 +21,7 @@ import torch.utils.dlpack
 import triton_python_backend_utils as pb_utils
 
 from triton_ort import ModelInstance, TritonOrtError
+from triton_ort.copy_counter import copy_counting_enabled, count_host_device_copies
 
 
 class _TritonLogHandler(logging.Handler):
@@ -85,17 +86,19 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 f"model {args['model_name']!r} ({args['model_instance_name']}) failed to load: {error}"
             ) from error
+        self.count_copies = copy_counting_enabled()  # debug mode: TRITON_ORT_COUNT_COPIES=1
 
     def execute(self, requests: list[pb_utils.InferenceRequest]) -> list[pb_utils.InferenceResponse]:
-        parsed: list[dict[str, torch.Tensor] | Exception] = []
-        for request in requests:
-            try:
-                parsed.append(_read_inputs(request))
-            except TritonOrtError as error:
-                parsed.append(error)
-        readable = [item for item in parsed if not isinstance(item, Exception)]
-        results = iter(self.instance.infer(readable))
-        return [_response(item if isinstance(item, Exception) else next(results)) for item in parsed]
+        with count_host_device_copies(self.count_copies):
+            parsed: list[dict[str, torch.Tensor] | Exception] = []
+            for request in requests:
+                try:
+                    parsed.append(_read_inputs(request))
+                except TritonOrtError as error:
+                    parsed.append(error)
+            readable = [item for item in parsed if not isinstance(item, Exception)]
+            results = iter(self.instance.infer(readable))
+            return [_response(item if isinstance(item, Exception) else next(results)) for item in parsed]
 
     def finalize(self) -> None:
         del self.instance
