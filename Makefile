@@ -6,6 +6,10 @@ PYTHON := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.installed
 MODEL_REPOSITORY ?= model_repository
 DEMO_ONNX := model_repository/demo/1/model.onnx
+# The benchmark's models: the 4096-wide MLP is compute-bound on a GPU; on a CPU the 1024-wide one is mid-size.
+HAS_GPU := $(wildcard /dev/nvidia0)
+BENCH_MODELS ?= $(if $(HAS_GPU),demo mlp4096,demo mlp1024)
+BENCH_NAME ?= $(if $(HAS_GPU),gpu,cpu)
 
 .DEFAULT_GOAL := help
 
@@ -36,6 +40,13 @@ run: models ## start the local tritonserver, check one HTTP and one gRPC answer 
 .PHONY: serve
 serve: models ## run the local tritonserver in the foreground on $(MODEL_REPOSITORY) (ports 8000/8001/8002)
 	$(PYTHON) -m triton_ort.local_server --model-repository $(MODEL_REPOSITORY)
+
+.PHONY: bench
+bench: $(VENV_STAMP) ## benchmark ours against the floor, naive and PyTriton anchors (results/, plot)
+	rm -rf bench_repository
+	$(PYTHON) scripts/build_models.py --bench --out bench_repository --models $(BENCH_MODELS)
+	$(PYTHON) -m client.bench --models $(BENCH_MODELS) --profile --out results/bench-$(BENCH_NAME).json
+	$(PYTHON) -m client.bench_plot results/bench-$(BENCH_NAME).json results/bench-$(BENCH_NAME).png
 
 .PHONY: lint
 lint: $(VENV_STAMP) ## ruff and mypy
