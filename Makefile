@@ -55,7 +55,7 @@ lint: $(VENV_STAMP) ## ruff and mypy
 	$(PYTHON) -m mypy
 
 .PHONY: test
-test: models lint ## lint, unit and integration tests (GPU tests run only where CUDA is present)
+test: models lint docker-lint ## lint (code and docker/), unit and integration tests (GPU tests need CUDA)
 	$(PYTHON) -m pytest -q tests
 
 .PHONY: test-gpu
@@ -66,3 +66,5 @@ test-gpu: models ## the GPU tests alone (on a CUDA host)
 clean: ## remove the venv, generated models and caches
 	rm -rf $(VENV) $(DEMO_ONNX) bench_repository results .pytest_cache .ruff_cache .mypy_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+include docker/docker.mk

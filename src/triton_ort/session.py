@@ -12,6 +12,8 @@ import glob
 import importlib.metadata
 import logging
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,16 +131,36 @@ def _installed_ort_distributions() -> list[str]:
     return sorted(found)
 
 
+_PROBE = """
+import ctypes, sys
+ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)  # the provider needs its symbols (Provider_GetHost)
+ctypes.CDLL(sys.argv[2])
+"""
+
+
 def _cuda_provider_load_error() -> str | None:
-    """dlopen the CUDA provider library to learn which dependency is missing, when the build has one."""
-    library = Path(ort.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
+    """dlopen the CUDA provider library to learn which dependency is missing, when the build has one.
+
+    In a child process: on a host without a driver, the provider's start-up code can crash the process
+    that loads it, and this must never take the model (or the server's stub) down with it.
+    """
+    capi = Path(ort.__file__).parent / "capi"
+    library = capi / "libonnxruntime_providers_cuda.so"
     if not library.exists():
         return None
     try:
-        ctypes.CDLL(str(library))
-    except OSError as error:
-        return str(error)
-    return None
+        probe = subprocess.run(
+            [sys.executable, "-c", _PROBE, str(capi / "libonnxruntime_providers_shared.so"), str(library)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"could not probe {library.name}: {error}"
+    if probe.returncode == 0:
+        return None
+    lines = [line for line in probe.stderr.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else f"loading {library.name} killed the probe (exit {probe.returncode})"
 
 
 def diagnose_missing_cuda_provider() -> str:

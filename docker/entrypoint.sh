@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Starts tritonserver with what the python backend and the zero-copy model need. Runs as the image's CMD
+# (behind NVIDIA's /opt/nvidia/nvidia_entrypoint.sh); extra arguments are passed on to tritonserver,
+# e.g. `docker run ... triton-ort/server:23.12 /opt/triton-ort/entrypoint.sh --log-verbose=1`.
+#
+# Settings (environment):
+#   TRITON_MODEL_REPOSITORY          /models          read-only model repository
+#   TRITON_CUDA_MEMORY_POOL_BYTES    268435456        Triton's CUDA memory pool per GPU. GPU tensors between
+#                                                     server and stub travel through it; too small and the
+#                                                     backend falls back to slower per-buffer CUDA IPC
+#                                                     (Triton's default is 64 MiB).
+#   TRITON_PINNED_MEMORY_POOL_BYTES  268435456        pinned host memory for host<->device copies
+#   TRITON_PYTHON_SHM_PREFIX         triton_ort_      python-backend shm region prefix: unique per server
+#                                                     when servers share /dev/shm (--ipc=host)
+#   TRITON_PYTHON_SHM_DEFAULT_BYTES  16777216         shm region each model instance starts with
+#   TRITON_PYTHON_SHM_GROWTH_BYTES   16777216         and grows by (python backend's default is 1 MiB)
+#   TRITON_PYTHON_STUB_TIMEOUT_S     120              stub start-up timeout (torch + ORT + CUDA EP load)
+set -euo pipefail
+
+model_repository=${TRITON_MODEL_REPOSITORY:-/models}
+cuda_pool=${TRITON_CUDA_MEMORY_POOL_BYTES:-268435456}
+pinned_pool=${TRITON_PINNED_MEMORY_POOL_BYTES:-268435456}
+shm_prefix=${TRITON_PYTHON_SHM_PREFIX:-triton_ort_}
+shm_default=${TRITON_PYTHON_SHM_DEFAULT_BYTES:-16777216}
+shm_growth=${TRITON_PYTHON_SHM_GROWTH_BYTES:-16777216}
+stub_timeout=${TRITON_PYTHON_STUB_TIMEOUT_S:-120}
+
+if [[ ! -d "$model_repository" ]]; then
+    echo "entrypoint: model repository $model_repository does not exist" >&2
+    exit 2
+fi
+
+args=(
+    --model-repository="$model_repository"
+    # Models are fixed at start; nothing can be loaded or unloaded over the network.
+    --model-control-mode=none
+    --strict-readiness=true
+    --exit-on-error=true
+    --http-port=8000
+    --grpc-port=8001
+    --metrics-port=8002
+    --backend-config=python,shm-region-prefix-name="$shm_prefix"
+    --backend-config=python,shm-default-byte-size="$shm_default"
+    --backend-config=python,shm-growth-byte-size="$shm_growth"
+    --backend-config=python,stub-timeout-seconds="$stub_timeout"
+)
+
+# The GPUs this container was given (device nodes /dev/nvidia0, /dev/nvidia1, ...; CUDA numbers them
+# from 0 in the container). None on a CPU-only host: then no CUDA pools, and KIND_AUTO instances
+# resolve to KIND_CPU.
+shopt -s nullglob
+gpu_nodes=(/dev/nvidia[0-9]*)
+shopt -u nullglob
+gpu_count=${#gpu_nodes[@]}
+if (( gpu_count > 0 )); then
+    for (( gpu = 0; gpu < gpu_count; gpu++ )); do
+        args+=(--cuda-memory-pool-byte-size="$gpu:$cuda_pool")
+    done
+    args+=(--pinned-memory-pool-byte-size="$pinned_pool")
+    echo "entrypoint: $gpu_count GPU(s); CUDA memory pool $cuda_pool bytes each"
+else
+    echo "entrypoint: no GPU in this container; serving on the CPU"
+fi
+
+exec tritonserver "${args[@]}" "$@"
