@@ -50,8 +50,8 @@ bench: $(VENV_STAMP) ## benchmark ours against the floor, naive and PyTriton anc
 
 .PHONY: lint
 lint: $(VENV_STAMP) ## ruff and mypy
-	$(PYTHON) -m ruff check src client scripts tests model_repository
-	$(PYTHON) -m ruff format --check src client scripts tests model_repository
+	$(PYTHON) -m ruff check src client scripts tests model_repository docker/checks
+	$(PYTHON) -m ruff format --check src client scripts tests model_repository docker/checks
 	$(PYTHON) -m mypy
 
 .PHONY: test

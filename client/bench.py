@@ -79,8 +79,13 @@ def _progress(text: str) -> None:
     print(f"\r\033[K{text}", end="", file=sys.stderr, flush=True)
 
 
-def measure_floor(onnx_path: Path, model: str, batch: int, args: argparse.Namespace) -> Measurement:
-    """In-process ORT IO binding on torch tensors: the physical floor for this model and batch."""
+def measure_floor(
+    onnx_path: Path, model: str, batch: int, args: argparse.Namespace, idle_s: float = 0.0
+) -> Measurement:
+    """In-process ORT IO binding on torch tensors: the physical floor for this model and batch.
+
+    With idle_s, the loop sleeps between runs as a server at concurrency 1 does between requests, which
+    shows what an idle GPU (clocks, launch latency) adds to one run on its own."""
     from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
 
     gpu = torch.cuda.is_available()
@@ -103,10 +108,13 @@ def measure_floor(onnx_path: Path, model: str, batch: int, args: argparse.Namesp
             if stream:
                 stream.synchronize()
             latencies.append(time.perf_counter() - t0)
+            if idle_s:
+                time.sleep(idle_s)
         wall = time.perf_counter() - started
     del runner
+    anchor = f"floor+{idle_s * 1e3:g}ms-idle" if idle_s else "floor"
     return Measurement.from_latencies(
-        latencies, wall, model=model, anchor="floor", transport="in-process", concurrency=1, batch=batch
+        latencies, wall, model=model, anchor=anchor, transport="in-process", concurrency=1, batch=batch
     )
 
 
@@ -361,7 +369,10 @@ def bench_model(model: str, server_url: str, repository: Path, args: argparse.Na
     )
     gpu = torch.cuda.is_available()
     transport = transport_for_ours()
-    results = [measure_floor(onnx_path, model, batch, args)]
+    results = [
+        measure_floor(onnx_path, model, batch, args),
+        measure_floor(onnx_path, model, batch, args, 1e-3),
+    ]
     run = lambda name, anchor, mode, c: measure_server(  # noqa: E731
         server_url, model, name, anchor, mode, c, inputs, layout, reference, args
     )
