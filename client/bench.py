@@ -80,20 +80,27 @@ def _progress(text: str) -> None:
 
 
 def measure_floor(
-    onnx_path: Path, model: str, batch: int, args: argparse.Namespace, idle_s: float = 0.0
+    onnx_path: Path,
+    model: str,
+    batch: int,
+    args: argparse.Namespace,
+    idle_s: float = 0.0,
+    host_input: str = "",
 ) -> Measurement:
     """In-process ORT IO binding on torch tensors: the physical floor for this model and batch.
 
     With idle_s, the loop sleeps between runs as a server at concurrency 1 does between requests, which
-    shows what an idle GPU (clocks, launch latency) adds to one run on its own."""
+    shows what an idle GPU (clocks, launch latency) adds to one run on its own. With host_input ('pinned'
+    or 'pageable'), the input starts in host memory, as numpy requests arrive, and is staged that way."""
     from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
 
     gpu = torch.cuda.is_available()
     stream = torch.cuda.Stream() if gpu else None
     placement = Placement("cuda", 0, stream.cuda_stream) if stream else Placement("cpu")
-    runner = IOBindingRunner(create_session(onnx_path, ModelOptions(), placement), placement)
+    session = create_session(onnx_path, ModelOptions(), placement)
+    runner = IOBindingRunner(session, placement, pinned_staging=host_input == "pinned")
     spec = runner.inputs[0]
-    x = torch.randn(batch, *[int(d) for d in spec.shape[1:]], device=runner.device)
+    x = torch.randn(batch, *[int(d) for d in spec.shape[1:]], device="cpu" if host_input else runner.device)
     context = torch.cuda.stream(stream) if stream else contextlib.nullcontext()
     latencies: list[float] = []
     with context:
@@ -112,7 +119,7 @@ def measure_floor(
                 time.sleep(idle_s)
         wall = time.perf_counter() - started
     del runner
-    anchor = f"floor+{idle_s * 1e3:g}ms-idle" if idle_s else "floor"
+    anchor = f"floor+{idle_s * 1e3:g}ms-idle" if idle_s else f"floor-{host_input}" if host_input else "floor"
     return Measurement.from_latencies(
         latencies, wall, model=model, anchor=anchor, transport="in-process", concurrency=1, batch=batch
     )
@@ -373,6 +380,10 @@ def bench_model(model: str, server_url: str, repository: Path, args: argparse.Na
         measure_floor(onnx_path, model, batch, args),
         measure_floor(onnx_path, model, batch, args, 1e-3),
     ]
+    if torch.cuda.is_available():  # what a numpy request's host-to-device staging costs, each way
+        results += [
+            measure_floor(onnx_path, model, batch, args, host_input=h) for h in ("pageable", "pinned")
+        ]
     run = lambda name, anchor, mode, c: measure_server(  # noqa: E731
         server_url, model, name, anchor, mode, c, inputs, layout, reference, args
     )

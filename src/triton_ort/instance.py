@@ -44,7 +44,7 @@ class ModelInstance:
             Placement("cuda", device_id, self._stream.cuda_stream) if self._stream else Placement("cpu")
         )
         session = create_session(version_dir / self.options.onnx_file, self.options, placement)
-        self.runner = IOBindingRunner(session, placement)
+        self.runner = IOBindingRunner(session, placement, pinned_staging=self.options.pinned_staging)
         check_config(model_config, self.runner.inputs, self.runner.outputs)
         self.output_names = [str(entry["name"]) for entry in model_config.get("output", [])]
         if not self.runner.placement.is_cuda:

@@ -28,6 +28,8 @@ class ModelOptions:
     """On a GPU instance whose CUDA EP cannot load: run on CPU with a warning instead of failing the load."""
     gather_requests: bool = True
     """Concatenate the requests of one execute() into one ORT run when their shapes allow it."""
+    pinned_staging: bool = True
+    """CPU inputs for a GPU instance go through pinned host memory (faster, asynchronous DMA)."""
     warmup: bool = True
     """Run the model once at load (zeros, variable axes 1), so the first request does not pay for
     cuBLAS/cuDNN initialisation (about 100 ms on a GPU)."""
@@ -79,6 +81,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "onnx_file": _parse_path,
     "allow_cpu_fallback": _parse_bool,
     "gather_requests": _parse_bool,
+    "pinned_staging": _parse_bool,
     "warmup": _parse_bool,
     "gpu_mem_limit": _parse_count,
     "arena_extend_strategy": _one_of(ARENA_EXTEND_STRATEGIES),
