@@ -59,8 +59,9 @@ class ModelInstance:
             self.options,
         )
 
-    def _warm_up(self) -> None:
-        zeros = {
+    def _smallest_request(self) -> dict[str, torch.Tensor]:
+        """Zeros of the model's input shapes, variable axes 1: for warm-up and arena clean-up runs."""
+        return {
             spec.name: torch.zeros(
                 [d if isinstance(d, int) else 1 for d in spec.shape],
                 dtype=spec.element_type.torch_dtype,
@@ -68,6 +69,17 @@ class ModelInstance:
             )
             for spec in self.runner.inputs
         }
+
+    def _shrink_arena_after_failure(self) -> None:
+        """A failed run may have left ORT's CUDA arena swollen; a tiny run with shrinkage gives it back now
+        rather than at the next request."""
+        if self.runner.arena_needs_shrink:
+            result = run_requests(self.runner, [self._smallest_request()], gather=False)[0]
+            if isinstance(result, Exception):
+                LOGGER.warning("could not shrink ORT's CUDA arena after a failed run: %s", result)
+
+    def _warm_up(self) -> None:
+        zeros = self._smallest_request()
         started = time.perf_counter()
         result = self.infer([zeros])[0]
         if isinstance(result, Exception):  # a model may reject zeros; serving can still go on
@@ -88,6 +100,7 @@ class ModelInstance:
         stream_context = torch.cuda.stream(self._stream) if self._stream else contextlib.nullcontext()
         with stream_context:
             results = run_requests(self.runner, requests, self.options.gather_requests)
+            self._shrink_arena_after_failure()
         if self._stream is not None:
             self._stream.synchronize()
         if debug:

@@ -89,6 +89,15 @@ class IOBindingRunner:
         )
         self._binding = session.io_binding()
         self.stats = RunnerStats()
+        # A failed run can leave ORT's CUDA arena holding what it grabbed for it (a request that asked for
+        # more than the GPU has once left 140 GB reserved). The next run then shrinks the arena back.
+        self.arena_needs_shrink = False
+        self._shrink_options: ort.RunOptions | None = None
+        if self.placement.is_cuda:
+            self._shrink_options = ort.RunOptions()
+            self._shrink_options.add_run_config_entry(
+                "memory.enable_memory_arena_shrinkage", f"gpu:{self.placement.device_id}"
+            )
         # An empty tensor's data_ptr may be 0, which ORT rejects; bind this instead (never read: 0 elements).
         self._placeholder = torch.empty(8, dtype=torch.uint8, device=self.device)
 
@@ -161,7 +170,13 @@ class IOBindingRunner:
                 self._pointer(tensor),
             )
         started = time.perf_counter()
-        self.session.run_with_iobinding(self._binding)
+        shrink = self._shrink_options if self.arena_needs_shrink else None
+        try:
+            self.session.run_with_iobinding(self._binding, shrink)
+        except Exception:
+            self.arena_needs_shrink = self._shrink_options is not None
+            raise
+        self.arena_needs_shrink = False
         self.stats.ort_run_seconds += time.perf_counter() - started
         self.stats.ort_runs += 1
         if len(preallocated) == len(self.outputs):
