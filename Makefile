@@ -48,6 +48,20 @@ bench: $(VENV_STAMP) ## benchmark ours against the floor, naive and PyTriton anc
 	$(PYTHON) -m client.bench --models $(BENCH_MODELS) --profile --out results/bench-$(BENCH_NAME).json
 	$(PYTHON) -m client.bench_plot results/bench-$(BENCH_NAME).json results/bench-$(BENCH_NAME).png
 
+.PHONY: soak
+soak: models ## the long soak: 600k good and malformed requests at concurrency 64, answers and memory checked
+	mkdir -p results
+	$(PYTHON) -m client.soak --local --model-repository $(MODEL_REPOSITORY) --requests 600000 --duration 900 \
+		--warmup 60000 --json results/soak.json
+
+.PHONY: audit
+audit: $(VENV_STAMP) ## dependency audit of every pinned requirement (pip-audit; needs the vulnerability service)
+	$(PYTHON) -m pip install -q pip-audit==2.10.1
+	mkdir -p results
+	$(PYTHON) -m pip freeze --exclude-editable > results/audit-requirements.txt
+	for r in results/audit-requirements.txt docker/requirements-gpu.txt docker/requirements-client.txt; do \
+	  $(PYTHON) -m pip_audit --strict --no-deps --disable-pip --progress-spinner off -s osv -r $$r || exit 1; done
+
 .PHONY: lint
 lint: $(VENV_STAMP) ## ruff and mypy
 	$(PYTHON) -m ruff check src client scripts tests model_repository docker/checks

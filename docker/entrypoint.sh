@@ -24,6 +24,7 @@ shm_prefix=${TRITON_PYTHON_SHM_PREFIX:-triton_ort_}
 shm_default=${TRITON_PYTHON_SHM_DEFAULT_BYTES:-16777216}
 shm_growth=${TRITON_PYTHON_SHM_GROWTH_BYTES:-16777216}
 stub_timeout=${TRITON_PYTHON_STUB_TIMEOUT_S:-120}
+admin_key=${TRITON_ADMIN_KEY:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
 
 if [[ ! -d "$model_repository" ]]; then
     echo "entrypoint: model repository $model_repository does not exist" >&2
@@ -43,6 +44,11 @@ args=(
     --backend-config=python,shm-default-byte-size="$shm_default"
     --backend-config=python,shm-growth-byte-size="$shm_growth"
     --backend-config=python,stub-timeout-seconds="$stub_timeout"
+    # Triton 23.12 lets any client that reaches a port point the server's log and trace files at any
+    # path: those APIs answer only requests carrying this header, whose value is random per start
+    # (or TRITON_ADMIN_KEY). It keeps out network clients, not users of this container.
+    --http-restricted-api="logging,trace:triton-ort-admin=$admin_key"
+    --grpc-restricted-protocol="logging,trace:triton-ort-admin=$admin_key"
 )
 
 # The GPUs this container was given (device nodes /dev/nvidia0, /dev/nvidia1, ...; CUDA numbers them

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -28,6 +29,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+
+# Header that unlocks the restricted APIs (logging, trace); its value is LocalTritonServer.admin_key.
+ADMIN_HEADER = "triton-ort-admin"
 
 
 class ServerStartError(RuntimeError):
@@ -74,6 +78,8 @@ class LocalTritonServer:
     """Extra environment for the server and its stubs (e.g. TRITON_ORT_LOG_LEVEL=DEBUG)."""
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
     _workdir: Path | None = field(default=None, init=False)
+    admin_key: str = field(default_factory=lambda: secrets.token_hex(16), init=False, repr=False)
+    """Value of ADMIN_HEADER that the logging and trace APIs require (random per server)."""
 
     @property
     def http_url(self) -> str:
@@ -131,6 +137,10 @@ class LocalTritonServer:
             f"--backend-config=python,shm-region-prefix-name=triton_ort_{uuid.uuid4().hex[:8]}_",
             f"--log-verbose={self.log_verbose}",
             "--exit-timeout-secs=10",
+            # Triton 23.12 lets any client that reaches a port point the server's log and trace files at
+            # any path (created, then appended to): those APIs answer only requests carrying our header.
+            f"--http-restricted-api=logging,trace:{ADMIN_HEADER}={self.admin_key}",
+            f"--grpc-restricted-protocol=logging,trace:{ADMIN_HEADER}={self.admin_key}",
         ]
         if _gpu_present():
             # GPU tensors travel between server and stub through this pool; below the tensors' size the

@@ -20,7 +20,7 @@ import torch
 import torch.utils.dlpack
 import triton_python_backend_utils as pb_utils
 
-from triton_ort import ModelInstance, TritonOrtError
+from triton_ort import InputError, ModelInstance, TritonOrtError
 from triton_ort.copy_counter import copy_counting_enabled, count_host_device_copies
 
 
@@ -61,7 +61,14 @@ def _read_inputs(request: pb_utils.InferenceRequest) -> dict[str, torch.Tensor]:
 
 def _response(result: dict[str, torch.Tensor] | Exception) -> pb_utils.InferenceResponse:
     if isinstance(result, Exception):
-        return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(result)))
+        # A request that fails on its own tensors is the client's error (HTTP 400, gRPC INVALID_ARGUMENT),
+        # as for the errors Triton core finds; anything else is ours (INTERNAL: worth a retry).
+        code = (
+            pb_utils.TritonError.INVALID_ARG
+            if isinstance(result, InputError)
+            else pb_utils.TritonError.INTERNAL
+        )
+        return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(result), code))
     # ModelInstance.infer has synchronised its stream, so raw capsules are safe to hand over unsynchronised.
     outputs = [
         pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(tensor))

@@ -1,0 +1,689 @@
+"""Soak a model with a mixed stream of good and malformed requests at a fixed concurrency; check every answer.
+
+python -m client.soak --local                                   # demo on the local tritonserver, CI size
+python -m client.soak --local --requests 200000 --duration 900  # the long run (docs/reliability.md)
+python -m client.soak --http-url H:8000 --grpc-url H:8001 --server-pid PID --model-repository REPO
+
+Good requests (random batch sizes; some with NaN/Inf rows) are checked against in-process ONNX Runtime.
+Malformed requests (wrong dtype, rank, inner dimension, batch above max_batch_size, unknown or missing input,
+BYTES data) must get the error their kind promises: INVALID_ARGUMENT (HTTP 400) and a message naming it.
+Requests alternate between HTTP and gRPC. The run stops at --requests or --duration, whichever comes first.
+
+The RSS of tritonserver and its python-backend stubs is read from /proc after a warm-up and at the end
+(and their GPU memory from nvidia-smi where there is one). Exit status 1 on any wrong or lost answer, or
+memory growth beyond the thresholds; the summary says which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc.aio as grpcaio
+import tritonclient.http.aio as httpaio
+from tritonclient.utils import InferenceServerException, triton_to_np_dtype
+
+from client.triton_client import TensorMeta, make_client, model_config, model_metadata, tensor_metas
+
+MIB = 1024 * 1024
+CLIENT_ERROR_STATUSES = {"400", "StatusCode.INVALID_ARGUMENT"}
+# gRPC statuses that mean no answer came (the HTTP client raises its transport's exceptions instead).
+CONNECTION_STATUSES = {
+    "StatusCode.UNAVAILABLE",
+    "StatusCode.DEADLINE_EXCEEDED",
+    "StatusCode.CANCELLED",
+    "None",
+}
+STUB_NAME = "triton_python_backend_stub"
+
+
+# --- processes and their memory, from /proc (Linux) ---------------------------------------------------
+
+
+def _parent_pid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses; the fields after its last ')' do not.
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every living process below `pid` (children, their children, ...)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            parent = _parent_pid(int(entry.name))
+            if parent is not None:
+                parents.setdefault(parent, []).append(int(entry.name))
+    found, frontier = [], [pid]
+    while frontier:
+        children = parents.get(frontier.pop(), [])
+        found.extend(children)
+        frontier.extend(children)
+    return sorted(found)
+
+
+def stub_processes(server_pid: int) -> dict[int, str]:
+    """The python-backend stubs of one tritonserver: pid -> the model.py it runs."""
+    stubs = {}
+    for pid in descendants(server_pid):
+        command = _cmdline(pid)
+        if command and Path(command[0]).name == STUB_NAME:
+            stubs[pid] = command[1] if len(command) > 1 else "?"
+    return stubs
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of one process (0 once it has gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def gpu_memory_by_pid() -> dict[int, int] | None:
+    """GPU memory each process holds (bytes), from nvidia-smi; None where there is no NVIDIA GPU."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        reply = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    used: dict[int, int] = {}
+    for line in reply.splitlines():
+        pid_text, _, mib_text = line.partition(",")
+        with contextlib.suppress(ValueError):
+            used[int(pid_text)] = used.get(int(pid_text), 0) + int(mib_text) * MIB
+    return used
+
+
+@dataclass(frozen=True)
+class MemorySnapshot:
+    """RSS (and GPU memory, where measurable) of tritonserver and everything below it."""
+
+    rss: dict[int, int]
+    gpu: dict[int, int] | None
+
+    @property
+    def rss_total(self) -> int:
+        return sum(self.rss.values())
+
+    @property
+    def gpu_total(self) -> int | None:
+        return None if self.gpu is None else sum(self.gpu.values())
+
+
+def snapshot(server_pid: int) -> MemorySnapshot:
+    pids = [server_pid, *descendants(server_pid)]
+    gpu = gpu_memory_by_pid()
+    return MemorySnapshot(
+        rss={pid: rss_bytes(pid) for pid in pids},
+        gpu=None if gpu is None else {pid: gpu.get(pid, 0) for pid in pids},
+    )
+
+
+# --- the requests --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WireTensor:
+    name: str
+    datatype: str
+    array: np.ndarray
+
+
+@dataclass(frozen=True)
+class SoakRequest:
+    kind: str
+    inputs: tuple[WireTensor, ...]
+    want: Mapping[str, np.ndarray] | None = None  # the answer of a good request
+    error: re.Pattern[str] | None = None  # what the error of a bad request must say
+
+
+@dataclass
+class ModelFacts:
+    name: str
+    inputs: list[TensorMeta]
+    outputs: list[str]
+    max_batch_size: int
+    onnx_path: Path
+
+
+def read_model_facts(client: Any, model: str, model_repository: Path) -> ModelFacts:
+    metadata = model_metadata(client, model)
+    onnx_file = "model.onnx"
+    config = model_config(client, model)
+    parameters = config.get("parameters", {})
+    if "onnx_file" in parameters:
+        onnx_file = parameters["onnx_file"].get("string_value", onnx_file)
+    return ModelFacts(
+        name=model,
+        inputs=tensor_metas(metadata, "inputs"),
+        outputs=[meta.name for meta in tensor_metas(metadata, "outputs")],
+        max_batch_size=int(config.get("max_batch_size", 0)),
+        onnx_path=model_repository / model / "1" / onnx_file,
+    )
+
+
+def _random_array(meta: TensorMeta, rows: int, rng: np.random.Generator) -> np.ndarray:
+    shape = [rows if (d < 0 and axis == 0) else (1 if d < 0 else d) for axis, d in enumerate(meta.shape)]
+    dtype = np.dtype(triton_to_np_dtype(meta.datatype))
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    return rng.integers(0, 100, shape).astype(dtype)
+
+
+def _wire(arrays: Mapping[str, np.ndarray], facts: ModelFacts) -> tuple[WireTensor, ...]:
+    types = {meta.name: meta.datatype for meta in facts.inputs}
+    return tuple(WireTensor(name, types[name], array) for name, array in arrays.items())
+
+
+def _references(facts: ModelFacts, batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(facts.onnx_path), providers=["CPUExecutionProvider"])
+    return [dict(zip(facts.outputs, session.run(facts.outputs, batch), strict=True)) for batch in batches]
+
+
+def good_requests(facts: ModelFacts, count: int, max_rows: int, seed: int) -> list[SoakRequest]:
+    """Distinct good requests with their answers; every fourth float request carries NaN/Inf rows."""
+    rng = np.random.default_rng(seed)
+    batched = facts.max_batch_size > 0
+    batches = []
+    for _ in range(count):
+        rows = int(rng.integers(1, max(1, min(max_rows, facts.max_batch_size or 1)) + 1))
+        batches.append({meta.name: _random_array(meta, rows, rng) for meta in facts.inputs})
+    kinds = []
+    for index, batch in enumerate(batches):
+        floats = [a for a in batch.values() if a.dtype.kind == "f"]
+        if index % 4 == 3 and floats and batched:
+            floats[0][0].flat[0] = np.nan  # one NaN in the first row, one Inf in the last:
+            floats[0][-1].flat[-1] = np.inf  # passed through, never an error
+            kinds.append("good_nan_inf")
+        else:
+            kinds.append("good")
+    wants = _references(facts, batches)
+    return [
+        SoakRequest(kind, _wire(batch, facts), want=want)
+        for kind, batch, want in zip(kinds, batches, wants, strict=True)
+    ]
+
+
+def bad_requests(facts: ModelFacts, seed: int) -> list[SoakRequest]:
+    """One malformed request per kind that applies to the model; Triton refuses each before the model."""
+    rng = np.random.default_rng(seed)
+    base = {meta.name: _random_array(meta, 2, rng) for meta in facts.inputs}
+    first = facts.inputs[0]
+    name = re.escape(first.name)
+    requests = []
+
+    def add(kind: str, arrays: list[WireTensor], message: str) -> None:
+        requests.append(SoakRequest(kind, tuple(arrays), error=re.compile(message)))
+
+    good = list(_wire(base, facts))
+    others = good[1:]
+    wrong_type = "FP64" if first.datatype != "FP64" else "FP32"
+    wrong = base[first.name].astype(triton_to_np_dtype(wrong_type))
+    add(
+        "wrong_dtype",
+        [WireTensor(first.name, wrong_type, wrong), *others],
+        f"input '{name}' data-type is '{wrong_type}', but model '.*' expects '{first.datatype}'",
+    )
+    add(
+        "bytes_for_numeric",
+        [WireTensor(first.name, "BYTES", np.full(base[first.name].shape, b"1", dtype=np.object_)), *others],
+        f"input '{name}' data-type is 'BYTES', but model '.*' expects '{first.datatype}'",
+    )
+    inner = list(base[first.name].shape)
+    if len(inner) > 1 and first.shape[-1] > 0:
+        inner[-1] += 1
+        add(
+            "wrong_inner_dim",
+            [WireTensor(first.name, first.datatype, np.resize(base[first.name], inner)), *others],
+            rf"unexpected shape for input '{name}' for model '.*'\. Expected .*, "
+            rf"got \[{', ?'.join(map(str, inner))}\]",
+        )
+    add(
+        "wrong_rank",
+        [WireTensor(first.name, first.datatype, base[first.name][np.newaxis]), *others],
+        f"unexpected shape for input '{name}'",
+    )
+    add(
+        "unknown_input",
+        [*good, WireTensor("no_such_input", first.datatype, base[first.name])],
+        rf"unexpected inference input 'no_such_input'|expected {len(good)} inputs but got {len(good) + 1}",
+    )
+    add(
+        "missing_input",
+        good[1:],
+        rf"expected {len(good)} inputs but got {len(good) - 1}",
+    )
+    if facts.max_batch_size > 0:
+        too_many = facts.max_batch_size + 1
+        add(
+            "batch_above_max",
+            [
+                WireTensor(t.name, t.datatype, np.resize(t.array, (too_many, *t.array.shape[1:])))
+                for t in good
+            ],
+            rf"batch-size must be <= {facts.max_batch_size}",
+        )
+    return requests
+
+
+# --- sending and checking -------------------------------------------------------------------------------
+
+
+def _infer_inputs(module: Any, tensors: tuple[WireTensor, ...]) -> list[Any]:
+    items = []
+    for tensor in tensors:
+        item = module.InferInput(tensor.name, list(tensor.array.shape), tensor.datatype)
+        item.set_data_from_numpy(tensor.array)
+        items.append(item)
+    return items
+
+
+def _same(got: np.ndarray | None, want: np.ndarray, rtol: float, atol: float) -> bool:
+    if got is None or got.shape != want.shape or got.dtype != want.dtype:
+        return False
+    if want.dtype.kind in "fc":
+        return bool(np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True))
+    return bool(np.array_equal(got, want))
+
+
+@dataclass
+class Tally:
+    sent: int = 0
+    outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    interrupted: bool = False
+
+    def record(self, kind: str, outcome: str, problem: str | None = None) -> None:
+        self.outcomes[(kind, outcome)] += 1
+        if problem and len(self.problems) < 20:
+            self.problems.append(f"{kind}: {problem}")
+
+    def count(self, outcome: str) -> int:
+        return sum(n for (_, seen), n in self.outcomes.items() if seen == outcome)
+
+
+async def send_one(
+    client: Any, module: Any, model: str, request: SoakRequest, timeout_s: float, tally: Tally, tol: float
+) -> None:
+    """One request; its outcome: ok, expected_error, wrong (answer, error text or status), or lost."""
+    outputs = list(request.want) if request.want is not None else None
+    requested = [module.InferRequestedOutput(name) for name in outputs] if outputs else None
+    started = time.perf_counter()
+    try:
+        call = client.infer(model, _infer_inputs(module, request.inputs), outputs=requested)
+        result = await asyncio.wait_for(call, timeout_s)
+    except InferenceServerException as error:
+        status, message = str(error.status()), str(error.message())
+        if status in CONNECTION_STATUSES:
+            tally.record(request.kind, "lost", f"{status} {message[:200]}")
+        elif request.error is None:
+            tally.record(request.kind, "wrong", f"a good request failed: {status} {message[:200]}")
+        elif status not in CLIENT_ERROR_STATUSES or not request.error.search(message):
+            tally.record(request.kind, "wrong", f"unexpected error {status} {message[:200]}")
+        else:
+            tally.record(request.kind, "expected_error")
+        return
+    except Exception as error:  # no answer: a timeout, a dropped connection, a client failure
+        tally.record(request.kind, "lost", f"{type(error).__name__}: {str(error)[:200]}")
+        return
+    tally.latencies.append(time.perf_counter() - started)
+    if request.want is None:
+        tally.record(request.kind, "wrong", "a malformed request was answered as if it were good")
+        return
+    for name, want in request.want.items():
+        if not _same(result.as_numpy(name), want, rtol=tol, atol=tol):
+            tally.record(request.kind, "wrong", f"output {name!r} differs from in-process ONNX Runtime")
+            return
+    tally.record(request.kind, "ok")
+
+
+@contextlib.asynccontextmanager
+async def _clients(http_url: str, grpc_url: str, concurrency: int) -> AsyncIterator[dict[str, Any]]:
+    http = httpaio.InferenceServerClient(http_url, conn_limit=concurrency)
+    grpc = grpcaio.InferenceServerClient(grpc_url)
+    try:
+        yield {"http": http, "grpc": grpc}
+    finally:
+        await http.close()
+        await grpc.close()
+
+
+@dataclass
+class SoakSettings:
+    model: str
+    requests: int
+    duration_s: float
+    concurrency: int
+    bad_fraction: float
+    protocols: tuple[str, ...]
+    warmup: int
+    timeout_s: float
+    tolerance: float
+    seed: int
+
+
+async def run_soak(
+    settings: SoakSettings,
+    http_url: str,
+    grpc_url: str,
+    good: list[SoakRequest],
+    bad: list[SoakRequest],
+    on_warm: Callable[[], None] | None = None,
+    sample: Callable[[], None] | None = None,
+    sample_every_s: float = 10.0,
+) -> Tally:
+    """Send until `requests` have been sent or `duration_s` has passed; wait for every answer. `on_warm`
+    runs once after the warm-up requests, `sample` every `sample_every_s` seconds (memory readings)."""
+    tally = Tally()
+    rng = np.random.default_rng(settings.seed)
+    picks = (
+        rng.random(settings.requests) < settings.bad_fraction if bad else np.zeros(settings.requests, bool)
+    )
+    choices = rng.integers(0, 1 << 30, settings.requests)
+    modules = {"http": httpaio, "grpc": grpcaio}
+    deadline = time.monotonic() + settings.duration_s
+    next_index = 0
+    warm = asyncio.Event()
+
+    stop = asyncio.Event()
+
+    def interrupt() -> None:
+        tally.interrupted = True
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        # Ctrl-C or SIGTERM: send nothing more, wait for the answers in flight, summarise, stop the server.
+        loop.add_signal_handler(signum, interrupt)
+
+    async with _clients(http_url, grpc_url, settings.concurrency) as clients:
+
+        async def worker() -> None:
+            nonlocal next_index
+            while next_index < settings.requests and time.monotonic() < deadline and not stop.is_set():
+                index = next_index
+                next_index += 1
+                pool = bad if picks[index] else good
+                request = pool[int(choices[index]) % len(pool)]
+                protocol = settings.protocols[index % len(settings.protocols)]
+                tally.sent += 1
+                await send_one(
+                    clients[protocol],
+                    modules[protocol],
+                    settings.model,
+                    request,
+                    settings.timeout_s,
+                    tally,
+                    settings.tolerance,
+                )
+                if tally.sent >= settings.warmup and not warm.is_set():
+                    warm.set()
+                    if on_warm is not None:
+                        on_warm()
+
+        async def sampler() -> None:
+            while sample is not None:
+                await asyncio.sleep(sample_every_s)
+                sample()
+
+        sampling = asyncio.ensure_future(sampler())
+        try:
+            await asyncio.gather(*(worker() for _ in range(settings.concurrency)))
+        finally:
+            sampling.cancel()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+    return tally
+
+
+# --- the command ----------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _server(args: argparse.Namespace) -> Iterator[tuple[str, str, int | None]]:
+    if not args.local:
+        yield args.http_url, args.grpc_url, args.server_pid
+        return
+    from triton_ort.local_server import LocalTritonServer
+
+    print(f"starting the local tritonserver on {args.model_repository} ...", flush=True)
+    with LocalTritonServer(args.model_repository) as server:
+        assert server.process is not None
+        yield server.http_url, server.grpc_url, server.process.pid
+
+
+def _mib(value: int | None) -> str:
+    return "n/a" if value is None else f"{value / MIB:.1f} MiB"
+
+
+def summarise(
+    tally: Tally,
+    elapsed_s: float,
+    before: MemorySnapshot | None,
+    after: MemorySnapshot | None,
+    ready: bool,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    latencies = sorted(tally.latencies)
+    rss_growth = None if before is None or after is None else after.rss_total - before.rss_total
+    gpu_growth = None
+    if before is not None and after is not None and before.gpu_total is not None:
+        gpu_growth = (after.gpu_total or 0) - before.gpu_total
+    failures = []
+    if tally.count("wrong"):
+        failures.append(f"{tally.count('wrong')} wrong answer(s)")
+    if tally.count("lost"):
+        failures.append(f"{tally.count('lost')} lost request(s)")
+    if rss_growth is not None and rss_growth > args.max_rss_growth_mib * MIB:
+        failures.append(f"host memory grew {_mib(rss_growth)} (limit {args.max_rss_growth_mib} MiB)")
+    if gpu_growth is not None and gpu_growth > args.max_gpu_growth_mib * MIB:
+        failures.append(f"GPU memory grew {_mib(gpu_growth)} (limit {args.max_gpu_growth_mib} MiB)")
+    if not ready:
+        failures.append("the server was not ready at the end")
+    if tally.interrupted:
+        failures.append("interrupted before the end")
+    return {
+        "model": args.model,
+        "sent": tally.sent,
+        "answered": sum(tally.outcomes.values()),
+        "ok": tally.count("ok"),
+        "expected_errors": tally.count("expected_error"),
+        "wrong": tally.count("wrong"),
+        "lost": tally.count("lost"),
+        "outcomes": {f"{kind}/{outcome}": n for (kind, outcome), n in sorted(tally.outcomes.items())},
+        "problems": tally.problems,
+        "elapsed_s": round(elapsed_s, 1),
+        "requests_per_s": round(tally.sent / elapsed_s, 1) if elapsed_s else None,
+        "latency_ms_p50_p99": [round(1e3 * latencies[int(q * (len(latencies) - 1))], 2) for q in (0.5, 0.99)]
+        if latencies
+        else None,
+        "rss_after_warmup_mib": None if before is None else round(before.rss_total / MIB, 1),
+        "rss_end_mib": None if after is None else round(after.rss_total / MIB, 1),
+        "rss_growth_mib": None if rss_growth is None else round(rss_growth / MIB, 1),
+        "rss_by_process_mib": None
+        if after is None
+        else {str(pid): round(rss / MIB, 1) for pid, rss in sorted(after.rss.items())},
+        "gpu_after_warmup_mib": None
+        if before is None or before.gpu_total is None
+        else before.gpu_total // MIB,
+        "gpu_end_mib": None if after is None or after.gpu_total is None else after.gpu_total // MIB,
+        "server_ready_at_end": ready,
+        "concurrency": args.concurrency,
+        "protocols": args.protocols,
+        "failures": failures,
+        "passed": not failures,
+    }
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    print(
+        f"sent {summary['sent']}, answered {summary['answered']} in {summary['elapsed_s']} s "
+        f"({summary['requests_per_s']} req/s, concurrency {summary['concurrency']}, {summary['protocols']}); "
+        f"latency p50/p99 {summary['latency_ms_p50_p99']} ms"
+    )
+    print(
+        f"ok {summary['ok']}, expected errors {summary['expected_errors']}, "
+        f"wrong {summary['wrong']}, lost {summary['lost']}"
+    )
+    for key, count in summary["outcomes"].items():
+        print(f"  {key:<32} {count}")
+    for problem in summary["problems"]:
+        print(f"  problem: {problem}")
+    print(
+        f"tritonserver + stubs RSS: {summary['rss_after_warmup_mib']} MiB after warm-up, "
+        f"{summary['rss_end_mib']} MiB at the end (growth {summary['rss_growth_mib']} MiB); "
+        f"GPU: {summary['gpu_after_warmup_mib']} -> {summary['gpu_end_mib']} MiB"
+    )
+    print("PASSED" if summary["passed"] else "FAILED: " + "; ".join(summary["failures"]), flush=True)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--local", action="store_true", help="start (and stop) the local tritonserver")
+    parser.add_argument("--model-repository", type=Path, default=Path("model_repository"))
+    parser.add_argument("--model", default="demo")
+    parser.add_argument("--http-url", default="127.0.0.1:8000")
+    parser.add_argument("--grpc-url", default="127.0.0.1:8001")
+    parser.add_argument("--server-pid", type=int, help="tritonserver's pid, to measure memory (not --local)")
+    parser.add_argument("--requests", type=int, default=5000, help="stop after this many requests")
+    parser.add_argument("--duration", type=float, default=120.0, help="or after this many seconds")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--bad-fraction", type=float, default=0.25)
+    parser.add_argument("--protocols", default="http,grpc", help="comma-separated, used in turn")
+    parser.add_argument(
+        "--warmup", type=int, help="requests before the memory baseline (default: a tenth, at least 500)"
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a request counts lost")
+    parser.add_argument("--max-rows", type=int, default=8, help="largest batch of a good request")
+    parser.add_argument("--max-rss-growth-mib", type=float, default=64.0)
+    parser.add_argument("--max-gpu-growth-mib", type=float, default=64.0)
+    parser.add_argument("--tolerance", type=float, default=1e-3, help="rtol and atol (TF32 on GPUs)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sample-every", type=float, default=10.0, help="seconds between memory readings")
+    parser.add_argument("--json", type=Path, help="also write the summary here")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    protocols = tuple(p for p in args.protocols.split(",") if p)
+    if not protocols or any(p not in ("http", "grpc") for p in protocols):
+        sys.exit(f"--protocols {args.protocols!r}: use http, grpc or http,grpc")
+    settings = SoakSettings(
+        model=args.model,
+        requests=args.requests,
+        duration_s=args.duration,
+        concurrency=args.concurrency,
+        bad_fraction=args.bad_fraction,
+        protocols=protocols,
+        warmup=min(
+            args.warmup if args.warmup is not None else max(500, args.requests // 10),
+            max(1, args.requests // 2),
+        ),
+        timeout_s=args.timeout,
+        tolerance=args.tolerance,
+        seed=args.seed,
+    )
+    with _server(args) as (http_url, grpc_url, server_pid):
+        client = make_client("http", http_url)
+        facts = read_model_facts(client, args.model, args.model_repository)
+        good = good_requests(facts, count=64, max_rows=args.max_rows, seed=args.seed)
+        bad = bad_requests(facts, seed=args.seed) if args.bad_fraction > 0 else []
+        print(
+            f"soaking {args.model!r}: up to {args.requests} requests or {args.duration:.0f} s, concurrency "
+            f"{args.concurrency}, {args.bad_fraction:.0%} malformed ({', '.join(r.kind for r in bad)})",
+            flush=True,
+        )
+        if server_pid is None:
+            print("memory not measured: give --server-pid (or use --local)", flush=True)
+        baseline: list[MemorySnapshot] = []
+
+        samples: list[list[float]] = []
+
+        def take_baseline() -> None:
+            if server_pid is not None:
+                baseline.append(snapshot(server_pid))
+
+        def take_sample() -> None:
+            if server_pid is not None:
+                reading = snapshot(server_pid)
+                gpu = reading.gpu_total
+                samples.append(
+                    [
+                        round(time.monotonic() - started, 1),
+                        round(reading.rss_total / MIB, 1),
+                        *([] if gpu is None else [round(gpu / MIB, 1)]),
+                    ]
+                )
+
+        started = time.monotonic()
+        tally = asyncio.run(
+            run_soak(
+                settings,
+                http_url,
+                grpc_url,
+                good,
+                bad,
+                on_warm=take_baseline,
+                sample=take_sample,
+                sample_every_s=args.sample_every,
+            )
+        )
+        elapsed = time.monotonic() - started
+        end = snapshot(server_pid) if server_pid is not None else None
+        ready = bool(client.is_server_ready()) and bool(client.is_model_ready(args.model))
+    summary = summarise(tally, elapsed, baseline[0] if baseline else None, end, ready, args)
+    summary["host"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    summary["memory_samples"] = {"columns": ["elapsed_s", "rss_mib", "gpu_mib"], "rows": samples}
+    _print_summary(summary)
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
+    return 0 if summary["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""Faults on the real tritonserver, each on a server of its own: a python-backend stub killed under load,
+the model unloaded and loaded again under explicit model control (test-only; shipped configs have no model
+control), and SIGTERM with requests in flight. Every test stops by itself within its bounds."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from client.soak import descendants, rss_bytes, stub_processes
+from tests.paths import SERVER_TOLERANCE
+from tests.reliability.support import (
+    DEMO_INPUT,
+    DEMO_OUTPUT,
+    Answer,
+    demo_reference,
+    measured,
+    tritonclient_infer,
+    wait_for,
+)
+from tests.reliability_repository import build_demo_repository
+from triton_ort.local_server import LocalTritonServer
+
+pytestmark = pytest.mark.integration
+
+MiB = 1024 * 1024
+# What a request may hear while the server shuts down: refused by the scheduler, the model gone, then the
+# connection refused or closed once the server has exited.
+CLEAR_SHUTDOWN_ERRORS = ("Server is stopping", "has no available versions", "StatusCode.CANCELLED")
+CONNECTION_GONE = ("Connection refused", "failed to connect", "connection closed", "Socket closed")
+
+
+@pytest.fixture
+def demo_repository(tmp_path: Path) -> Path:
+    return build_demo_repository(tmp_path / "repository")
+
+
+@dataclass(frozen=True)
+class Event:
+    started: float
+    finished: float
+    outcome: str  # ok, wrong, error, no_answer
+    detail: str = ""
+
+
+@dataclass
+class Load:
+    """Client threads sending good demo requests in a loop (HTTP and gRPC in turn), checking each answer."""
+
+    server: LocalTritonServer
+    threads: int = 8
+    stop_on_no_answer: bool = False
+    events: list[Event] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _workers: list[threading.Thread] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        rng = np.random.default_rng(5)
+        self.inputs = [rng.standard_normal((2, 2010)).astype(np.float32) for _ in range(8)]
+        self.wants = [demo_reference(x) for x in self.inputs]
+
+    def _send(self, index: int, k: int) -> Answer:
+        protocol = "grpc" if index % 2 else "http"
+        url = self.server.grpc_url if protocol == "grpc" else self.server.http_url
+        x = self.inputs[k % len(self.inputs)]
+        return tritonclient_infer(protocol, url, "demo", [(DEMO_INPUT, x)], [DEMO_OUTPUT], timeout_s=30)
+
+    def _worker(self, index: int) -> None:
+        k = index
+        while not self._stop.is_set():
+            started = time.monotonic()
+            answer = self._send(index, k)
+            finished = time.monotonic()
+            if answer.ok:
+                right = np.allclose(
+                    answer.outputs[DEMO_OUTPUT], self.wants[k % len(self.wants)], **SERVER_TOLERANCE
+                )
+                self.events.append(Event(started, finished, "ok" if right else "wrong"))
+            elif answer.status == "NO_ANSWER" or "failed to connect" in answer.message:
+                self.events.append(Event(started, finished, "no_answer", answer.message[:160]))
+                if self.stop_on_no_answer:
+                    return
+            else:
+                self.events.append(
+                    Event(started, finished, "error", f"{answer.status} {answer.message[:160]}")
+                )
+            k += self.threads
+
+    def start(self) -> Load:
+        self._workers = [
+            threading.Thread(target=self._worker, args=(i,), daemon=True) for i in range(self.threads)
+        ]
+        for worker in self._workers:
+            worker.start()
+        return self
+
+    def stop(self, timeout_s: float) -> list[threading.Thread]:
+        """Stop sending; returns the threads still alive after `timeout_s` (hung requests)."""
+        self._stop.set()
+        deadline = time.monotonic() + timeout_s
+        for worker in self._workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+        return [w for w in self._workers if w.is_alive()]
+
+    def outcomes(self, since: float = 0.0) -> Counter[str]:
+        return Counter(e.outcome for e in self.events if e.started >= since)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _zombies(server_pid: int) -> list[int]:
+    return [pid for pid in descendants(server_pid) if not _alive(pid) and Path(f"/proc/{pid}").exists()]
+
+
+def _answered_since(load: Load, moment: float) -> bool:
+    return any(e.outcome == "ok" and e.started > moment for e in load.events)
+
+
+def test_killed_stub_is_restarted_and_answers_are_right_after(demo_repository: Path) -> None:
+    """SIGKILL the demo's stub while 8 clients send. Triton 23.12 answers the requests the dead stub held
+    with "Stub process ... is not healthy", starts a new stub and answers again. Seen here: recovery in
+    about 2-3 s, and in about a third of runs tritonserver itself dies (SIGSEGV in libtriton_python.so)
+    right after the restart (docs/reliability.md)."""
+    with LocalTritonServer(demo_repository) as server:
+        assert server.process is not None
+        server_pid = server.process.pid
+        stubs = stub_processes(server_pid)
+        assert len(stubs) == 1, stubs
+        killed = next(iter(stubs))
+        load = Load(server).start()
+        wait_for(lambda: load.outcomes()["ok"] >= 50, 60)
+        killed_at = time.monotonic()
+        os.kill(killed, signal.SIGKILL)
+        try:
+            wait_for(lambda: server.process.poll() is not None or _answered_since(load, killed_at), 90)
+            time.sleep(3)  # keep the load on: answers after recovery must stay right (and no late crash)
+            crashed = server.process.poll()
+            segfault = crashed == -signal.SIGSEGV or "Signal (11) received" in server.log()
+            if crashed is not None and segfault:
+                # Upstream defect of tritonserver 2.41's python backend, about 1 run in 3 here; nothing in
+                # this repository can prevent it, and compose restarts the server (docs/reliability.md).
+                # Any other death, or no recovery while the server lives, still fails this test.
+                load.stop(timeout_s=60)
+                pytest.xfail("tritonserver 2.41 segfaulted restarting a stub killed under load (upstream)")
+            assert crashed is None, (
+                f"tritonserver itself died (exit {crashed}) restarting the killed stub under load; "
+                f"its log ends:\n{server.log()[-2500:]}"
+            )
+            assert _answered_since(load, killed_at), (
+                f"no answer within 90 s of the kill; since then: "
+                f"{dict(Counter((e.outcome, e.detail[:90]) for e in load.events if e.finished > killed_at))}"
+            )
+        finally:
+            hung = load.stop(timeout_s=60)
+        new_stubs = wait_for(lambda: stub_processes(server_pid), 30)
+        zombies = _zombies(server_pid)
+        log = server.log()
+    assert hung == [], f"{len(hung)} client threads never got an answer"
+    recovered_at = min(e.finished for e in load.events if e.outcome == "ok" and e.started > killed_at)
+    recovery_s = recovered_at - killed_at
+    failures = [e for e in load.events if e.outcome != "ok" and e.finished > killed_at]
+    after_recovery = load.outcomes(since=recovered_at)
+    measured(
+        f"stub SIGKILLed under load (8 clients): recovered in {recovery_s:.2f} s; "
+        f"{len(failures)} request(s) failed meanwhile ({Counter(e.detail[:90] for e in failures)}); "
+        f"after recovery {dict(after_recovery)}"
+    )
+    assert load.outcomes()["wrong"] == 0
+    assert all(e.outcome == "error" and "is not healthy" in e.detail for e in failures), failures
+    assert set(after_recovery) == {"ok"} and after_recovery["ok"] >= 10, after_recovery
+    assert killed not in new_stubs and len(new_stubs) == 1, new_stubs
+    assert zombies == [], f"unreaped processes under tritonserver: {zombies}"
+    assert "Stub process is unhealthy and it will be restarted" in log
+    assert recovery_s < 60
+
+
+def test_unload_and_load_under_explicit_model_control_leak_no_process(demo_repository: Path) -> None:
+    """Explicit model control here only (shipped configs have none): unload and load the demo a few
+    times; its stub must go with each unload and come back once with each load, answers stay right, and
+    tritonserver's own memory stays within a bound."""
+    x = np.random.default_rng(3).standard_normal((3, 2010)).astype(np.float32)
+    want = demo_reference(x)
+    explicit = ["--model-control-mode=explicit", "--load-model=demo"]
+    with LocalTritonServer(demo_repository, extra_args=explicit) as server:
+        assert server.process is not None
+        server_pid = server.process.pid
+        client = httpclient.InferenceServerClient(server.http_url)
+        processes_before = len(descendants(server_pid))
+        assert len(stub_processes(server_pid)) == 1
+        server_rss = []
+        for _ in range(3):
+            old_stubs = list(stub_processes(server_pid))
+            client.unload_model("demo")
+            wait_for(lambda: not client.is_model_ready("demo"), 60)
+            wait_for(lambda stubs=old_stubs: not any(_alive(pid) for pid in stubs), 60)
+            assert stub_processes(server_pid) == {}
+            refused = tritonclient_infer("http", server.http_url, "demo", [(DEMO_INPUT, x)])
+            assert refused.status == "400" and "demo" in refused.message, refused
+            client.load_model("demo")
+            assert client.is_model_ready("demo")
+            assert len(stub_processes(server_pid)) == 1
+            answer = tritonclient_infer("grpc", server.grpc_url, "demo", [(DEMO_INPUT, x)], [DEMO_OUTPUT])
+            assert answer.ok, answer
+            np.testing.assert_allclose(answer.outputs[DEMO_OUTPUT], want, **SERVER_TOLERANCE)
+            server_rss.append(rss_bytes(server_pid))
+        processes_after = len(descendants(server_pid))
+        zombies = _zombies(server_pid)
+    growth = server_rss[-1] - server_rss[0]
+    measured(
+        f"3 unload/load cycles: processes under tritonserver {processes_before} -> {processes_after}; "
+        f"tritonserver RSS after each load {[round(r / MiB, 1) for r in server_rss]} MiB"
+    )
+    assert processes_after == processes_before
+    assert zombies == []
+    assert growth < 32 * MiB, f"tritonserver grew {growth / MiB:.1f} MiB over two reloads"
+
+
+def test_sigterm_with_requests_in_flight_finishes_them_and_hangs_nothing(demo_repository: Path) -> None:
+    """16 clients keep sending while the server gets SIGTERM; a long queue delay keeps requests in flight.
+    Triton drains the requests it has accepted (answered, right), refuses the rest with a clear error, and
+    exits within its --exit-timeout-secs; no client waits forever."""
+    config = demo_repository / "demo" / "config.pbtxt"
+    config.write_text(
+        config.read_text().replace(
+            "max_queue_delay_microseconds: 100", "max_queue_delay_microseconds: 300000"
+        )
+    )
+    server = LocalTritonServer(demo_repository).start()
+    assert server.process is not None
+    stubs = stub_processes(server.process.pid)
+    load = Load(server, threads=16, stop_on_no_answer=True).start()
+    try:
+        wait_for(lambda: load.outcomes()["ok"] >= 32, 60)
+        sigterm_at = time.monotonic()
+        exit_code = server.stop(timeout_s=60)
+        stop_s = time.monotonic() - sigterm_at
+    finally:
+        server.stop()
+        hung = load.stop(timeout_s=60)
+    around = [e for e in load.events if e.finished >= sigterm_at]
+    answered_after = [e for e in around if e.outcome == "ok"]
+    unclear = [
+        e
+        for e in around
+        if e.outcome == "wrong"
+        or (e.outcome == "error" and not any(text in e.detail for text in CLEAR_SHUTDOWN_ERRORS))
+        or (e.outcome == "no_answer" and not any(text in e.detail for text in CONNECTION_GONE))
+    ]
+    measured(
+        f"SIGTERM under load (16 clients, 300 ms queue delay): {len(answered_after)} requests answered "
+        f"(right) after the signal; server exited {exit_code} after {stop_s:.1f} s; every answer "
+        f"after the signal: {dict(Counter((e.outcome, e.detail[:60]) for e in around))}"
+    )
+    assert hung == [], f"{len(hung)} client threads hung"
+    assert exit_code == 0
+    assert stop_s < 15  # --exit-timeout-secs=10, plus the unload
+    assert load.outcomes()["wrong"] == 0
+    assert answered_after, "nothing in flight was answered after the signal: Triton did not drain"
+    assert unclear == [], unclear[:5]
+    assert not any(_alive(pid) for pid in stubs), "a stub outlived tritonserver"

@@ -1,0 +1,209 @@
+"""GPU memory under load, under an allocation the GPU cannot make, and across model reloads (marker `gpu`:
+run on the GPU test host, skipped elsewhere).
+
+The stub's GPU memory is read from nvidia-smi per process (torch's caching allocator, ORT's CUDA arena and
+the CUDA context together); torch's own counters come from a test-only model.py that wraps the shipped one
+and appends torch.cuda.memory_allocated/reserved to a file after every execute.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from client.soak import gpu_memory_by_pid, stub_processes
+from tests.paths import ROOT
+from tests.reliability.support import (
+    DEMO_INPUT,
+    DEMO_OUTPUT,
+    assert_demo_answer,
+    measured,
+    tritonclient_infer,
+    wait_for,
+)
+from tests.reliability_repository import blowup, build_demo_repository
+from tests.repository import _config, _tensor, add_model
+from triton_ort.local_server import LocalTritonServer
+
+pytestmark = [pytest.mark.gpu, pytest.mark.integration]
+
+MiB = 1024 * 1024
+GROWTH_LIMIT = 64 * MiB
+
+MEMSTATS_MODEL_PY = '''\
+"""Test-only: the shipped model.py, plus torch's allocator counters appended to $TRITON_ORT_MEMSTATS after
+every execute (one JSON line: pid, executes, allocated, reserved)."""
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import torch
+
+_spec = importlib.util.spec_from_file_location("shipped_model", Path(__file__).with_name("shipped_model.py"))
+_shipped = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_shipped)
+
+
+class TritonPythonModel(_shipped.TritonPythonModel):
+    def execute(self, requests):
+        responses = super().execute(requests)
+        self._executes = getattr(self, "_executes", 0) + 1
+        line = {
+            "pid": os.getpid(),
+            "executes": self._executes,
+            "allocated": torch.cuda.memory_allocated(),
+            "reserved": torch.cuda.memory_reserved(),
+        }
+        with open(os.environ["TRITON_ORT_MEMSTATS"], "a") as stats:
+            stats.write(json.dumps(line) + "\\n")
+        return responses
+'''
+
+
+def _with_memstats(repository: Path, model: str) -> None:
+    version = repository / model / "1"
+    (version / "model.py").rename(version / "shipped_model.py")
+    (version / "model.py").write_text(textwrap.dedent(MEMSTATS_MODEL_PY))
+
+
+def _stub_gpu_bytes(server_pid: int, model: str) -> int:
+    used = gpu_memory_by_pid() or {}
+    return sum(used.get(pid, 0) for pid, path in stub_processes(server_pid).items() if f"/{model}/" in path)
+
+
+def _device_used_bytes() -> int:
+    reply = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "--id=0"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return int(reply.split()[0]) * MiB
+
+
+def test_soak_keeps_torch_ort_and_process_gpu_memory_flat(tmp_path: Path) -> None:
+    repository = build_demo_repository(tmp_path / "repository")
+    _with_memstats(repository, "demo")
+    stats_file = tmp_path / "memstats.jsonl"
+    summary_file = tmp_path / "soak.json"
+    with LocalTritonServer(repository, env={"TRITON_ORT_MEMSTATS": str(stats_file)}) as server:
+        assert server.process is not None
+        command = [
+            sys.executable, "-m", "client.soak",
+            "--http-url", server.http_url, "--grpc-url", server.grpc_url,
+            "--server-pid", str(server.process.pid), "--model-repository", str(repository),
+            "--requests", "60000", "--duration", "240", "--concurrency", "64", "--warmup", "6000",
+            "--max-rows", "64", "--json", str(summary_file),
+        ]  # fmt: skip
+        finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    summary = json.loads(summary_file.read_text())
+    lines = [json.loads(line) for line in stats_file.read_text().splitlines()]
+    warm = next(line for line in lines if line["executes"] >= len(lines) // 10)
+    last = lines[-1]
+    measured(
+        f"GPU soak: {summary['sent']} requests, wrong {summary['wrong']}, lost {summary['lost']}; "
+        f"process GPU memory {summary['gpu_after_warmup_mib']} -> {summary['gpu_end_mib']} MiB; "
+        f"torch allocated {warm['allocated'] / MiB:.1f} -> {last['allocated'] / MiB:.1f} MiB, reserved "
+        f"{warm['reserved'] / MiB:.1f} -> {last['reserved'] / MiB:.1f} MiB over {last['executes']} executes"
+    )
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert summary["gpu_end_mib"] is not None, "nvidia-smi gave no per-process GPU memory"
+    assert summary["gpu_end_mib"] - summary["gpu_after_warmup_mib"] <= GROWTH_LIMIT // MiB
+    assert last["allocated"] <= warm["allocated"] + MiB  # nothing kept between executes
+    assert last["reserved"] <= warm["reserved"] + GROWTH_LIMIT
+
+
+def test_allocation_larger_than_the_gpu_fails_alone_and_frees_what_it_took(tmp_path: Path) -> None:
+    repository = tmp_path / "repository"
+    add_model(
+        repository,
+        "blowup_gpu",
+        blowup,
+        _config(
+            "blowup_gpu",
+            [_tensor("x", "FP32", [1]), _tensor("size", "INT64", [1])],
+            [_tensor("out", "FP32", [1])],
+            queue_delay_us=200_000,
+            kind="KIND_GPU",
+        ),
+    )
+    with LocalTritonServer(repository) as server:
+        assert server.process is not None
+        pid = server.process.pid
+        small = [("x", np.full((2, 1), 3.0, np.float32)), ("size", np.full((2, 1), 1024, np.int64))]
+        assert tritonclient_infer("grpc", server.grpc_url, "blowup_gpu", small, ["out"]).ok
+        before = _stub_gpu_bytes(pid, "blowup_gpu")
+        # 2**40 floats per row (4 TiB): more than the GPU has; 2**20 (4 MiB) fits.
+        sizes = [2**20, 2**40, 2**20, 2**20]
+        xs = [np.full((2, 1), float(i), np.float32) for i in range(len(sizes))]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(sizes)) as pool:
+            answers = list(
+                pool.map(
+                    lambda i: tritonclient_infer(
+                        "grpc",
+                        server.grpc_url,
+                        "blowup_gpu",
+                        [("x", xs[i]), ("size", np.full((2, 1), sizes[i], np.int64))],
+                        ["out"],
+                    ),
+                    range(len(sizes)),
+                )
+            )
+        after = _stub_gpu_bytes(pid, "blowup_gpu")
+        ready = httpclient.InferenceServerClient(server.http_url).is_server_ready()
+    measured(
+        f"GPU allocation refused: stub GPU memory {before / MiB:.0f} -> {after / MiB:.0f} MiB; "
+        f"{answers[1].message[:160]}"
+    )
+    assert not answers[1].ok and answers[1].status != "NO_ANSWER", answers[1]
+    for i in (0, 2, 3):
+        assert answers[i].ok, answers[i]
+        np.testing.assert_array_equal(answers[i].outputs["out"], xs[i])
+    assert after <= before + GROWTH_LIMIT
+    assert ready
+
+
+def test_reload_under_explicit_model_control_gives_the_gpu_memory_back(tmp_path: Path) -> None:
+    repository = build_demo_repository(tmp_path / "repository")
+    x = np.random.default_rng(9).standard_normal((64, 2010)).astype(np.float32)
+    explicit = ["--model-control-mode=explicit", "--load-model=demo"]
+    with LocalTritonServer(repository, extra_args=explicit) as server:
+        assert server.process is not None
+        pid = server.process.pid
+        client = httpclient.InferenceServerClient(server.http_url)
+        assert_demo_answer(
+            tritonclient_infer("http", server.http_url, "demo", [(DEMO_INPUT, x)], [DEMO_OUTPUT]), x
+        )
+        client.unload_model("demo")
+        wait_for(lambda: not stub_processes(pid), 60)
+        time.sleep(1)
+        unloaded = [_device_used_bytes()]
+        loaded = []
+        for _ in range(3):
+            client.load_model("demo")
+            assert_demo_answer(
+                tritonclient_infer("grpc", server.grpc_url, "demo", [(DEMO_INPUT, x)], [DEMO_OUTPUT]), x
+            )
+            loaded.append(_stub_gpu_bytes(pid, "demo"))
+            client.unload_model("demo")
+            wait_for(lambda: not stub_processes(pid), 60)
+            time.sleep(1)
+            unloaded.append(_device_used_bytes())
+    measured(
+        f"GPU reloads: device memory after each unload {[u // MiB for u in unloaded]} MiB; "
+        f"stub GPU memory while loaded {[b // MiB for b in loaded]} MiB"
+    )
+    assert max(unloaded) - unloaded[0] <= GROWTH_LIMIT, "GPU memory not given back after unload"
+    assert max(loaded) - min(loaded) <= GROWTH_LIMIT
