@@ -503,8 +503,8 @@ def test_strided_tensor_from_an_upstream_model(server: LocalTritonServer, mode: 
 
 def test_errors_found_by_the_model_are_client_errors_over_grpc(server: LocalTritonServer) -> None:
     """A request that fails on its own values (an index out of range, inputs that disagree) is the
-    client's fault: gRPC INVALID_ARGUMENT, as for every error Triton core finds. model.py sends them as
-    TritonError without a code, which Triton reports as INTERNAL (a server fault, which clients retry)."""
+    client's fault: gRPC INVALID_ARGUMENT, as for every error Triton core finds, not INTERNAL (a server
+    fault, which clients retry). model.py gives InputErrors the TritonError.INVALID_ARG code."""
     gather = tritonclient_infer(
         "grpc",
         server.grpc_url,
