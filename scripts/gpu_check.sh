@@ -14,9 +14,12 @@ python3 scripts/build_models.py --out model_repository --models demo
 status=0
 python3 -m pytest -q -rs tests/unit tests/integration tests/gpu -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" || status=1
 python3 -m client.smoke --local 2>&1 | tee "$OUT/smoke.log" || status=1
+# -v: one line per test as it finishes, so a run cut short still says which tests failed.
+python3 -m pytest -v -rfE tests/reliability -p no:cacheprovider > "$OUT/pytest-reliability.log" 2>&1 || status=1
+grep -E "PASSED|FAILED|ERROR|XFAIL|XPASS|passed|failed" "$OUT/pytest-reliability.log" | tail -80
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   python3 scripts/build_models.py --bench --out bench_repository --models ${*:-demo mlp4096} > /dev/null
-  python3 -m client.bench --models ${*:-demo mlp4096} --out "$OUT/bench-gpu.json" 2>"$OUT/bench-progress.log" \
+  python3 -m client.bench --models ${*:-demo mlp4096} --profile --out "$OUT/bench-gpu.json" 2>"$OUT/bench-progress.log" \
     | tee "$OUT/bench.log" || status=1
 fi
 exit $status
