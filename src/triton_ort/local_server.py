@@ -57,7 +57,8 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _gpu_present() -> bool:
+def gpu_present() -> bool:
+    """Whether this host has an NVIDIA GPU, i.e. whether KIND_AUTO instances will resolve to KIND_GPU."""
     return any(Path("/dev").glob("nvidia[0-9]*"))
 
 
@@ -142,7 +143,7 @@ class LocalTritonServer:
             f"--http-restricted-api=logging,trace:{ADMIN_HEADER}={self.admin_key}",
             f"--grpc-restricted-protocol=logging,trace:{ADMIN_HEADER}={self.admin_key}",
         ]
-        if _gpu_present():
+        if gpu_present():
             # GPU tensors travel between server and stub through this pool; below the tensors' size the
             # python backend falls back to slower per-buffer CUDA IPC.
             args.append(f"--cuda-memory-pool-byte-size=0:{self.cuda_memory_pool_bytes}")

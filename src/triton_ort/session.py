@@ -12,6 +12,7 @@ import glob
 import importlib.metadata
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -148,9 +149,13 @@ def _cuda_provider_load_error() -> str | None:
     library = capi / "libonnxruntime_providers_cuda.so"
     if not library.exists():
         return None
+    # Inside Triton's stub the interpreter is embedded, so sys.executable need not be a Python at all.
+    python = sys.executable if Path(sys.executable).name.startswith("python") else shutil.which("python3")
+    if python is None:
+        return None
     try:
         probe = subprocess.run(
-            [sys.executable, "-c", _PROBE, str(capi / "libonnxruntime_providers_shared.so"), str(library)],
+            [python, "-c", _PROBE, str(capi / "libonnxruntime_providers_shared.so"), str(library)],
             capture_output=True,
             text=True,
             timeout=60,
