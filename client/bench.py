@@ -24,13 +24,14 @@ import argparse
 import asyncio
 import contextlib
 import json
+import multiprocessing
 import os
 import platform
 import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ class Measurement:
     stages_us: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def from_latencies(cls, latencies: list[float], wall_s: float, **labels: Any) -> Measurement:
+    def from_latencies(cls, latencies: list[float], requests_per_s: float, **labels: Any) -> Measurement:
         micros = np.array(latencies) * 1e6
         p50, p95, p99 = (float(np.percentile(micros, q)) for q in (50, 95, 99))
         return cls(
@@ -70,13 +71,13 @@ class Measurement:
             p50_us=p50,
             p95_us=p95,
             p99_us=p99,
-            requests_per_s=len(latencies) / wall_s,
+            requests_per_s=requests_per_s,
             **labels,
         )
 
 
 def _progress(text: str) -> None:
-    print(f"\r\033[K{text}", end="", file=sys.stderr, flush=True)
+    print(f"measuring {text}", file=sys.stderr, flush=True)
 
 
 def measure_floor(
@@ -121,7 +122,13 @@ def measure_floor(
     del runner
     anchor = f"floor+{idle_s * 1e3:g}ms-idle" if idle_s else f"floor-{host_input}" if host_input else "floor"
     return Measurement.from_latencies(
-        latencies, wall, model=model, anchor=anchor, transport="in-process", concurrency=1, batch=batch
+        latencies,
+        len(latencies) / wall,
+        model=model,
+        anchor=anchor,
+        transport="in-process",
+        concurrency=1,
+        batch=batch,
     )
 
 
@@ -139,7 +146,7 @@ def _stage_deltas(before: dict[str, tuple[int, int]], after: dict[str, tuple[int
 
 
 async def _load(
-    url: str, model: str, workers: list[tuple[list[Any], list[Any]]], args: argparse.Namespace, label: str
+    url: str, model: str, workers: list[tuple[list[Any], list[Any]]], warmup_s: float, duration_s: float
 ) -> tuple[list[float], float]:
     """Closed-loop load: one task per worker, each with its own request tensors."""
     client = grpcaio.InferenceServerClient(url)
@@ -154,16 +161,11 @@ async def _load(
                 latencies.append(time.perf_counter() - t0)
 
     try:
-        warm_until = time.perf_counter() + args.warmup
+        warm_until = time.perf_counter() + warmup_s
         await asyncio.gather(*(worker(i, o, warm_until) for i, o in workers))
         measuring = True
         started = time.perf_counter()
-        stop_at = started + args.duration
-        tasks = [asyncio.create_task(worker(i, o, stop_at)) for i, o in workers]
-        while not all(t.done() for t in tasks):
-            await asyncio.sleep(0.25)
-            _progress(f"{label}: {len(latencies)} requests")
-        await asyncio.gather(*tasks)
+        await asyncio.gather(*(worker(i, o, started + duration_s) for i, o in workers))
         return latencies, time.perf_counter() - started
     finally:
         await client.close()
@@ -174,7 +176,6 @@ def _sync_load(
     model: str,
     worker: tuple[list[Any], list[Any]],
     args: argparse.Namespace,
-    label: str,
 ) -> tuple[list[float], float]:
     inputs, outputs = worker
     warm_until = time.perf_counter() + args.warmup
@@ -187,8 +188,6 @@ def _sync_load(
         t0 = time.perf_counter()
         client.infer(model, inputs, outputs=outputs)
         latencies.append(time.perf_counter() - t0)
-        if len(latencies) % 200 == 0:
-            _progress(f"{label}: {len(latencies)} requests")
     return latencies, time.perf_counter() - started
 
 
@@ -204,6 +203,82 @@ def _numpy_workers(inputs: dict[str, np.ndarray], outputs: list[str], concurrenc
     return workers
 
 
+@contextlib.contextmanager
+def _request_workers(
+    client: grpcclient.InferenceServerClient, model: str, transport: str, work: Workload, concurrency: int
+) -> Iterator[tuple[list[Any], Callable[[], dict[str, np.ndarray]]]]:
+    """`concurrency` sets of request tensors (each with its own CUDA-shm regions), and a function that
+    sends the first set once and returns the answer."""
+    with contextlib.ExitStack() as stack:
+        if transport == "cuda-shm":
+            from client.cuda_shm import CudaShmIO
+
+            regions = [
+                stack.enter_context(CudaShmIO(client, model, work.inputs, work.layout))
+                for _ in range(concurrency)
+            ]
+
+            def ask() -> dict[str, np.ndarray]:
+                regions[0].infer()
+                return regions[0].read_outputs()
+
+            yield [(r.infer_inputs, r.requested_outputs) for r in regions], ask
+        else:
+            workers = _numpy_workers(work.inputs, list(work.layout), concurrency)
+
+            def ask() -> dict[str, np.ndarray]:
+                result = client.infer(model, workers[0][0], outputs=workers[0][1])
+                return {name: result.as_numpy(name) for name in work.layout}
+
+            yield workers, ask
+
+
+def _client_process(
+    url: str,
+    model: str,
+    transport: str,
+    work: Workload,
+    concurrency: int,
+    timing: tuple[float, float],
+    barrier: Any,
+    results: Any,
+) -> None:
+    """One load-generating process (spawned): its own client, regions and event loop."""
+    client = grpcclient.InferenceServerClient(url)
+    with _request_workers(client, model, transport, work, concurrency) as (workers, _):
+        barrier.wait()
+        results.put(asyncio.run(_load(url, model, workers, *timing)))
+
+
+def _load_in_processes(
+    url: str, model: str, transport: str, work: Workload, concurrency: int, args: argparse.Namespace
+) -> tuple[list[float], float]:
+    """Closed-loop load from several processes, so one Python process (one GIL) is not the ceiling;
+    returns every latency and the summed request rate."""
+    processes = min(concurrency, args.client_processes)
+    context = multiprocessing.get_context("spawn")  # CUDA (shared memory regions) does not survive fork
+    barrier, results = context.Barrier(processes), context.Queue()
+    shares = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
+    children = [
+        context.Process(
+            target=_client_process,
+            args=(url, model, transport, work, share, (args.warmup, args.duration), barrier, results),
+        )
+        for share in shares
+    ]
+    for child in children:
+        child.start()
+    try:
+        gathered = [results.get(timeout=args.warmup + args.duration + 300) for _ in children]
+    finally:
+        for child in children:
+            child.join(timeout=30)
+            if child.is_alive():
+                child.kill()
+    latencies = [latency for child_latencies, _ in gathered for latency in child_latencies]
+    return latencies, sum(len(lat) / wall for lat, wall in gathered)
+
+
 def measure_server(
     url: str,
     model: str,
@@ -211,48 +286,34 @@ def measure_server(
     anchor: str,
     transport: str,
     concurrency: int,
-    inputs: dict[str, np.ndarray],
-    output_layout: dict[str, tuple[np.dtype[Any], tuple[int, ...]]],
-    reference: dict[str, np.ndarray],
+    work: Workload,
     args: argparse.Namespace,
     stats: bool = True,
+    check: bool = True,
 ) -> Measurement:
     client = grpcclient.InferenceServerClient(url)
     label = f"{model} {anchor} {transport} c={concurrency}"
-    with contextlib.ExitStack() as stack:
-        if transport == "cuda-shm":
-            from client.cuda_shm import CudaShmIO
-
-            regions = [
-                stack.enter_context(CudaShmIO(client, served_name, inputs, output_layout))
-                for _ in range(concurrency)
-            ]
-            regions[0].infer()
-            got = regions[0].read_outputs()
-            workers = [(r.infer_inputs, r.requested_outputs) for r in regions]
-        else:
-            workers = _numpy_workers(inputs, list(output_layout), concurrency)
-            result = client.infer(served_name, workers[0][0], outputs=workers[0][1])
-            got = {name: result.as_numpy(name) for name in output_layout}
-        problems = compare(got, reference, rtol=args.rtol, atol=args.atol)
+    _progress(label)
+    with _request_workers(client, served_name, transport, work, 1) as (workers, ask):
+        got = ask()
+        problems = compare(got, work.reference, rtol=args.rtol, atol=args.atol) if check else []
         if problems:
             raise SystemExit(f"{label}: WRONG ANSWER: {problems}")
         before = _stats(client, served_name) if stats else None
         if concurrency == 1:
-            latencies, wall = _sync_load(client, served_name, workers[0], args, label)
-        else:
-            latencies, wall = asyncio.run(_load(url, served_name, workers, args, label))
-        stages = _stage_deltas(before, _stats(client, served_name)) if before else {}
-    _progress("")
-    batch = next(iter(inputs.values())).shape[0]
+            latencies, wall = _sync_load(client, served_name, workers[0], args)
+            rate = len(latencies) / wall
+    if concurrency > 1:
+        latencies, rate = _load_in_processes(url, served_name, transport, work, concurrency, args)
+    stages = _stage_deltas(before, _stats(client, served_name)) if before else {}
     return Measurement.from_latencies(
         latencies,
-        wall,
+        rate,
         model=model,
         anchor=anchor,
         transport=transport,
         concurrency=concurrency,
-        batch=batch,
+        batch=work.batch,
         stages_us=stages,
     )
 
@@ -332,118 +393,221 @@ def transport_for_ours() -> str:
     return "cuda-shm" if torch.cuda.is_available() else "numpy"
 
 
-def profile_executes(repository: Path, models: list[str], args: argparse.Namespace) -> dict[str, float]:
-    """Median time our code spends per execute() inside the real stub (the library's debug line), from a
-    second server with debug logging on, so that the logging's cost stays out of the main measurements."""
-    import re
+def auto_placement(work: Workload) -> str:
+    """Where output_placement 'auto' puts this workload's outputs with the default crossover."""
+    from triton_ort import ModelOptions
 
+    if not torch.cuda.is_available():
+        return "host"
+    output_bytes = sum(int(np.prod(shape)) * dtype.itemsize for dtype, shape in work.layout.values())
+    return "host" if output_bytes <= ModelOptions().host_output_max_bytes else "device"
+
+
+def serving(repository: Path, models: list[str], **kwargs: Any) -> contextlib.AbstractContextManager[Any]:
+    """Our tritonserver with only `models` loaded (the repository also holds the sweep's variants).
+    2 GiB of CUDA pool: 16 requests of the 4096-wide MLP carry 16 MiB in and out each."""
     from triton_ort.local_server import LocalTritonServer
 
-    medians = {}
-    debug = {"TRITON_ORT_LOG_LEVEL": "DEBUG"}
-    with LocalTritonServer(repository, log_verbose=1, env=debug, cuda_memory_pool_bytes=2 << 30) as server:
+    loads = [f"--load-model={name}" for name in models]
+    return LocalTritonServer(
+        repository,
+        cuda_memory_pool_bytes=2 << 30,
+        extra_args=["--model-control-mode=explicit", *loads],
+        startup_timeout_s=600,
+        **kwargs,
+    )
+
+
+def profile_executes(repository: Path, models: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """Per-step medians (µs) of our code inside the real stub at c=1 (the library's execute records), from
+    a second server with debug logging on, so that the logging's cost stays out of the main measurements."""
+    from triton_ort.stats import ExecuteStats
+
+    profiles: dict[str, Any] = {}
+    with serving(repository, models, log_verbose=1, env={"TRITON_ORT_LOG_LEVEL": "DEBUG"}) as server:
         for model in models:
             work = Workload.build(model, repository, args.batch or BATCH[model])
             start = len(server.log())
-            measure_server(
-                server.grpc_url,
-                model,
-                model,
-                "ours",
-                transport_for_ours(),
-                1,
-                work.inputs,
-                work.layout,
-                work.reference,
-                args,
-                stats=False,
-            )
-            found = re.findall(r"copies, (\d+) us \(ORT run (\d+) us\)", server.log()[start:])
-            times = np.array(found, dtype=float).reshape(-1, 2)
-            medians[model] = float(np.median(times[:, 0])) if len(times) else float("nan")
-            medians[f"{model} (ORT run)"] = float(np.median(times[:, 1])) if len(times) else float("nan")
-    return medians
+            measure_server(server.grpc_url, model, model, "ours", transport_for_ours(), 1, work, args, False)
+            records = ExecuteStats.from_log(server.log()[start:])
+            steps = sorted({step for record in records for step in record.steps_us})
+            profiles[model] = {
+                "executes": len(records),
+                "outputs_on_host": sum(r.outputs_on_host for r in records),
+                "steps_us_p50": {
+                    step: float(np.median([r.steps_us.get(step, 0.0) for r in records])) for step in steps
+                },
+            }
+    return profiles
 
 
 def bench_model(model: str, server_url: str, repository: Path, args: argparse.Namespace) -> list[Measurement]:
     work = Workload.build(model, repository, args.batch or BATCH[model])
-    onnx_path, batch, inputs, reference, layout = (
-        work.onnx_path,
-        work.batch,
-        work.inputs,
-        work.reference,
-        work.layout,
-    )
     gpu = torch.cuda.is_available()
     transport = transport_for_ours()
+    top = max(args.concurrency)
     results = [
-        measure_floor(onnx_path, model, batch, args),
-        measure_floor(onnx_path, model, batch, args, 1e-3),
+        measure_floor(work.onnx_path, model, work.batch, args),
+        measure_floor(work.onnx_path, model, work.batch, args, 1e-3),
     ]
-    if torch.cuda.is_available():  # what a numpy request's host-to-device staging costs, each way
+    if gpu:  # what a numpy request's host-to-device staging costs, each way
         results += [
-            measure_floor(onnx_path, model, batch, args, host_input=h) for h in ("pageable", "pinned")
+            measure_floor(work.onnx_path, model, work.batch, args, host_input=h)
+            for h in ("pageable", "pinned")
         ]
-    run = lambda name, anchor, mode, c: measure_server(  # noqa: E731
-        server_url, model, name, anchor, mode, c, inputs, layout, reference, args
-    )
+
+    def run(served: str, anchor: str, mode: str, concurrency: int, check: bool = True) -> Measurement:
+        return measure_server(server_url, model, served, anchor, mode, concurrency, work, args, check=check)
+
     for concurrency in args.concurrency:
         results.append(run(model, "ours", transport, concurrency))
-    results.append(run(f"{model}_x2", "ours-x2", transport, max(args.concurrency)))
+    nulls = ["host", "device"] if gpu else ["host"]
+    for placement in nulls:  # the transport floor: zeros, from the host or from the device
+        for concurrency in (1, top):
+            results.append(
+                run(f"{model}_null_{placement}", f"null-{placement}", transport, concurrency, False)
+            )
     if gpu:
+        for placement in ("host", "device"):
+            results.append(run(f"{model}_{placement}", f"ours-{placement}", transport, 1))
         results.append(run(model, "ours", "numpy", 1))
-    for concurrency in (1, max(args.concurrency)):
+    for concurrency in (1, top):
         results.append(run(f"{model}_naive", "naive", transport, concurrency))
     if not args.skip_pytriton:
-        with pytriton_server(onnx_path, f"{model}_pytriton") as url:
-            for concurrency in (1, max(args.concurrency)):
+        with pytriton_server(work.onnx_path, f"{model}_pytriton") as url:
+            for concurrency in (1, top):
                 results.append(
                     measure_server(
-                        url,
-                        model,
-                        f"{model}_pytriton",
-                        "pytriton",
-                        "numpy",
-                        concurrency,
-                        inputs,
-                        layout,
-                        reference,
-                        args,
-                        stats=False,
+                        url, model, f"{model}_pytriton", "pytriton", "numpy", concurrency, work, args, False
                     )
                 )
     return results
+
+
+def sweep(repository: Path, models: list[str], args: argparse.Namespace) -> list[Measurement]:
+    """Throughput at the top concurrency (and p50 at 1) for each instance count x queue delay."""
+    from scripts.build_models import SWEEP
+
+    results = []
+    for model in models:
+        work = Workload.build(model, repository, args.batch or BATCH[model])
+        names = [f"{model}_i{count}_d{delay}" for count, delay in SWEEP]
+        with serving(repository, names) as server:
+            for name in names:
+                for concurrency in (1, max(args.concurrency)):
+                    measured = measure_server(
+                        server.grpc_url,
+                        model,
+                        name,
+                        name.removeprefix(model + "_"),
+                        transport_for_ours(),
+                        concurrency,
+                        work,
+                        args,
+                    )
+                    results.append(measured)
+    return results
+
+
+def crossover(
+    repository: Path, model: str, batches: list[int], args: argparse.Namespace
+) -> list[Measurement]:
+    """p50 at c=1 with outputs forced to the host and to the device, over output sizes."""
+    results = []
+    with serving(repository, [f"{model}_host", f"{model}_device"]) as server:
+        for batch in batches:
+            work = Workload.build(model, repository, batch)
+            for placement in ("host", "device"):
+                served = f"{model}_{placement}"
+                measured = measure_server(
+                    server.grpc_url, model, served, f"ours-{placement}", transport_for_ours(), 1, work, args
+                )
+                results.append(measured)
+    return results
+
+
+def crossover_table(results: list[Measurement], repository: Path) -> str:
+    lines = ["", "output bytes/request | host p50 us | device p50 us | faster"]
+    for batch in sorted({m.batch for m in results}):
+        host = _find(results, batch=batch, anchor="ours-host")
+        device = _find(results, batch=batch, anchor="ours-device")
+        if host and device:
+            work_bytes = batch * _output_row_bytes(repository, host.model)
+            faster = "host" if host.p50_us < device.p50_us else "device"
+            lines.append(f"{work_bytes:>20} | {host.p50_us:>11.0f} | {device.p50_us:>13.0f} | {faster}")
+    return "\n".join(lines)
+
+
+def _output_row_bytes(repository: Path, model: str) -> int:
+    work = Workload.build(model, repository, 1)
+    return sum(int(np.prod(shape)) * dtype.itemsize for dtype, shape in work.layout.values())
 
 
 def _find(results: list[Measurement], **keys: Any) -> Measurement | None:
     return next((m for m in results if all(getattr(m, k) == v for k, v in keys.items())), None)
 
 
-def ratio_table(results: list[Measurement]) -> str:
-    lines = ["", "model    | measurement                                   | value"]
+def ratio_table(results: list[Measurement], placements: dict[str, str]) -> str:
+    """Ratios against the anchors of the same run, and what our code adds over the transport floor."""
+    lines = ["", f"{'model':<8} | {'measurement':<58} | value"]
     for model in dict.fromkeys(m.model for m in results):
         ms = [m for m in results if m.model == model]
-        floor = _find(ms, anchor="floor")
         transport = "cuda-shm" if _find(ms, anchor="ours", transport="cuda-shm") else "numpy"
-        ours1 = _find(ms, anchor="ours", transport=transport, concurrency=1)
         top = max(m.concurrency for m in ms)
-        ours_top = _find(ms, anchor="ours", transport=transport, concurrency=top)
-        naive1 = _find(ms, anchor="naive", concurrency=1)
-        py1 = _find(ms, anchor="pytriton", concurrency=1)
-        py_top = _find(ms, anchor="pytriton", concurrency=top)
+
+        def get(
+            anchor: str, c: int = 1, ms: list[Measurement] = ms, transport: str = transport
+        ) -> Measurement | None:
+            return _find(ms, anchor=anchor, transport=transport, concurrency=c)
+
+        floor, idle = _find(ms, anchor="floor"), _find(ms, anchor="floor+1ms-idle")
+        ours, ours_top, naive = get("ours"), get("ours", top), get("naive")
         rows: list[tuple[str, str]] = []
-        if floor and ours1:
-            rows.append((f"ours p50 / floor p50 ({transport}, c=1)", f"{ours1.p50_us / floor.p50_us:.2f}x"))
-            rows.append(("ours p50 - floor p50", f"{(ours1.p50_us - floor.p50_us) / 1e3:+.3f} ms"))
-        if naive1 and ours1:
-            rows.append(("naive p50 / ours p50 (c=1)", f"{naive1.p50_us / ours1.p50_us:.2f}x"))
-        ours_x2 = _find(ms, anchor="ours-x2", concurrency=top)
-        for label, served in (("ours", ours_top), ("ours 2 instances", ours_x2)):
-            if floor and served:  # in-process best: one run after another, 1 / floor p50 per second
-                throughput = served.requests_per_s * floor.p50_us / 1e6
-                rows.append((f"{label} throughput c={top} / in-process", f"{throughput:.2f}x"))
-        if py1 and ours1:
-            rows.append(("pytriton p50 / ours p50 (c=1)", f"{py1.p50_us / ours1.p50_us:.2f}x"))
+        if floor and ours:
+            rows.append((f"ours p50 / floor p50 ({transport}, c=1)", f"{ours.p50_us / floor.p50_us:.2f}x"))
+        if naive and ours:
+            rows.append(("ours p50 / naive p50 (c=1)", f"{ours.p50_us / naive.p50_us:.2f}x"))
+        placement = placements.get(model, "host")
+        for anchor in ("ours", f"ours-{placement}"):
+            ours_p, null = get(anchor), get(f"null-{placement}")
+            if ours_p and null and floor and idle:
+                added = ours_p.p50_us - null.p50_us
+                budget = idle.p50_us + 60
+                rows.append(
+                    (
+                        f"{anchor} - null-{placement} p50 (c=1) vs floor+1ms-idle + 60 us",
+                        f"{added:.0f} us vs {budget:.0f} us (floor {floor.p50_us:.0f} us)",
+                    )
+                )
+        for other in ("host", "device"):
+            forced, null = get(f"ours-{other}"), get(f"null-{other}")
+            if forced and null:
+                rows.append(
+                    (f"ours-{other} - null-{other} p50 (c=1)", f"{forced.p50_us - null.p50_us:.0f} us")
+                )
+        if floor and ours_top:  # in-process best: one run after another, 1 / floor p50 per second
+            rows.append(
+                (
+                    f"ours throughput c={top} / in-process",
+                    f"{ours_top.requests_per_s * floor.p50_us / 1e6:.2f}x",
+                )
+            )
+        for anchor in (f"null-{placement}", "null-host"):
+            null_top = get(anchor, top)
+            if null_top and ours_top:
+                rows.append(
+                    (
+                        f"client+server ceiling: {anchor} throughput c={top}",
+                        f"{null_top.requests_per_s:.0f} req/s (ours {ours_top.requests_per_s:.0f})",
+                    )
+                )
+                break
+        py, py_top = (
+            _find(ms, anchor="pytriton", concurrency=1),
+            _find(ms, anchor="pytriton", concurrency=top),
+        )
+        if py and ours:
+            rows.append(("pytriton p50 / ours p50 (c=1)", f"{py.p50_us / ours.p50_us:.2f}x"))
         if py_top and ours_top:
             rows.append(
                 (
@@ -451,20 +615,20 @@ def ratio_table(results: list[Measurement]) -> str:
                     f"{ours_top.requests_per_s / py_top.requests_per_s:.2f}x",
                 )
             )
-        lines += [f"{model:<8} | {name:<45} | {value}" for name, value in rows]
+        lines += [f"{model:<8} | {name:<58} | {value}" for name, value in rows]
     return "\n".join(lines)
 
 
 def results_table(results: list[Measurement]) -> str:
     header = (
-        f"{'model':<8} {'anchor':<8} {'transport':<10} {'conc':>4} {'batch':>5} {'n':>6} {'p50 us':>9} "
+        f"{'model':<8} {'anchor':<15} {'transport':<10} {'conc':>4} {'batch':>5} {'n':>6} {'p50 us':>9} "
         f"{'p95 us':>9} {'p99 us':>9} {'req/s':>8}  stages us (queue/in/infer/out)"
     )
     lines = [header]
     for m in results:
         stages = "/".join(f"{m.stages_us[s]:.0f}" for s in STAGES) if m.stages_us else "-"
         lines.append(
-            f"{m.model:<8} {m.anchor:<8} {m.transport:<10} {m.concurrency:>4} {m.batch:>5} {m.requests:>6} "
+            f"{m.model:<8} {m.anchor:<15} {m.transport:<10} {m.concurrency:>4} {m.batch:>5} {m.requests:>6} "
             f"{m.p50_us:>9.0f} {m.p95_us:>9.0f} {m.p99_us:>9.0f} {m.requests_per_s:>8.1f}  {stages}"
         )
     return "\n".join(lines)
@@ -503,9 +667,14 @@ def main() -> None:
     )
     parser.add_argument("--models", nargs="+", default=["demo"], choices=sorted(BATCH))
     parser.add_argument("--repository", type=Path, default=ROOT / "bench_repository")
-    parser.add_argument("--url", help="gRPC URL of a running server on --repository (default: start one)")
     parser.add_argument("--batch", type=int, help="rows per request (default per model)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument(
+        "--client-processes",
+        type=int,
+        default=max(1, min(8, (os.cpu_count() or 2) // 2)),
+        help="load-generating processes above concurrency 1 (default: half the cores, at most 8)",
+    )
     parser.add_argument("--duration", type=float, default=4.0, help="seconds measured per point")
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--min-requests", type=int, default=20)
@@ -513,38 +682,57 @@ def main() -> None:
     parser.add_argument(
         "--profile", action="store_true", help="also time our code per execute (debug server)"
     )
+    parser.add_argument(
+        "--sweep", action="store_true", help="instead: instance count x queue delay for each model"
+    )
+    parser.add_argument(
+        "--crossover",
+        type=int,
+        nargs="*",
+        metavar="BATCH",
+        help="instead: host vs device output placement at these batch sizes (default 8 32 128 512)",
+    )
     parser.add_argument("--rtol", type=float, default=2e-3)
     parser.add_argument("--atol", type=float, default=2e-3)
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench.json")
     args = parser.parse_args()
 
-    results: list[Measurement] = []
-    with contextlib.ExitStack() as stack:
-        url = args.url
-        if url is None:
-            from triton_ort.local_server import LocalTritonServer
-
-            # 2 GiB of CUDA pool: 16 requests of the 4096-wide MLP carry 16 MiB in and out each.
-            server = stack.enter_context(LocalTritonServer(args.repository, cuda_memory_pool_bytes=2 << 30))
-            url = server.grpc_url
-        for model in args.models:
-            results += bench_model(model, url, args.repository, args)
-            print(f"\n{results_table([m for m in results if m.model == model])}", file=sys.stderr)
-    execute_us = profile_executes(args.repository, args.models, args) if args.profile else {}
+    report: dict[str, Any] = {"environment": environment(), "command": " ".join(sys.argv)}
+    if args.sweep:
+        results = sweep(args.repository, args.models, args)
+        tables = [results_table(results)]
+    elif args.crossover is not None:
+        batches = args.crossover or [8, 32, 128, 512]
+        results = [m for model in args.models for m in crossover(args.repository, model, batches, args)]
+        tables = [results_table(results), crossover_table(results, args.repository)]
+    else:
+        results = []
+        placements = {}
+        with serving(args.repository, _served_names(args.models)) as server:
+            for model in args.models:
+                placements[model] = auto_placement(Workload.build(model, args.repository, BATCH[model]))
+                results += bench_model(model, server.grpc_url, args.repository, args)
+                print(f"\n{results_table([m for m in results if m.model == model])}", file=sys.stderr)
+        report["auto_output_placement"] = placements
+        report["our_code_per_execute"] = (
+            profile_executes(args.repository, args.models, args) if args.profile else {}
+        )
+        tables = [results_table(results), ratio_table(results, placements)]
+        for model, profile in report["our_code_per_execute"].items():
+            steps = ", ".join(f"{k} {v:.0f}" for k, v in profile["steps_us_p50"].items())
+            tables.append(f"{model}: our code per execute, p50 us at c=1 (debug server): {steps}")
+    report["results"] = [asdict(m) for m in results]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    report = {
-        "environment": environment(),
-        "command": " ".join(sys.argv),
-        "results": [asdict(m) for m in results],
-        "our_code_per_execute_us_p50": execute_us,
-    }
     args.out.write_text(json.dumps(report, indent=2))
     print(json.dumps(report["environment"]))
-    print(results_table(results))
-    print(ratio_table(results))
-    for model, micros in execute_us.items():
-        print(f"{model:<8} | our code per execute (p50, c=1, debug server)   | {micros:.0f} us")
+    print("\n".join(tables))
     print(f"\nresults: {args.out}")
+
+
+def _served_names(models: list[str]) -> list[str]:
+    gpu = torch.cuda.is_available()
+    suffixes = ["", "_naive", "_null_host", *(["_null_device", "_host", "_device"] if gpu else [])]
+    return [model + suffix for model in models for suffix in suffixes]
 
 
 if __name__ == "__main__":

@@ -4,8 +4,11 @@
     python scripts/build_models.py --bench --out bench_repository --models demo mlp4096
 
 Weights come from a fixed seed, so every build writes the same graph and the same numbers; the .onnx files
-are build outputs and are not committed. With --bench, each model is written twice into a benchmark
-repository: served by our zero-copy model.py (`<name>`) and by the naive tutorial model (`<name>_naive`).
+are build outputs and are not committed. With --bench, each model is written into a benchmark repository
+several times: served by our zero-copy model.py (`<name>`), with each output placement forced
+(`<name>_device`, `<name>_host`), by the naive tutorial model (`<name>_naive`), by the transport-floor
+models that return zeros without running ORT (`<name>_null_host`, `<name>_null_device`), and with the
+instance counts and queue delays of the sweep (`<name>_i<count>_d<microseconds>`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import shutil
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -47,21 +51,58 @@ MODELS: dict[str, tuple[Callable[[], torch.nn.Module], str, str, int]] = {
 ROOT = Path(__file__).resolve().parent.parent
 ZERO_COPY_MODEL_PY = ROOT / "model_repository" / "demo" / "1" / "model.py"
 NAIVE_MODEL_PY = ROOT / "client" / "bench_naive_model.py"
+NULL_MODEL_PY = ROOT / "client" / "bench_null_model.py"
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How one benchmark variant serves a model: which model.py, how many instances, how it batches."""
+
+    model_py: Path
+    instances: int = 1
+    queue_delay_us: int = 0
+    parameters: tuple[tuple[str, str], ...] = ()
+
+
+# The configuration each benchmarked model ships with (instances, queue delay), chosen by the sweep
+# (`client.bench --sweep`; docs/benchmarks.md). Every variant may gather up to BENCH_MAX_BATCH rows, so
+# concurrent requests can join one run.
+SHIPPED = {"demo": (2, 0), "mlp1024": (1, 0), "mlp4096": (2, 0)}
+BENCH_MAX_BATCH = 4096
+SWEEP = [(n, d) for n in (1, 2, 4) for d in (0, 100, 500)]
+
+
+def bench_variants(name: str) -> dict[str, Serving]:
+    instances, delay = SHIPPED[name]
+    ours = Serving(ZERO_COPY_MODEL_PY, instances, delay)
+    variants = {
+        name: ours,
+        f"{name}_device": Serving(ZERO_COPY_MODEL_PY, instances, delay, (("output_placement", "device"),)),
+        f"{name}_host": Serving(ZERO_COPY_MODEL_PY, instances, delay, (("output_placement", "host"),)),
+        f"{name}_naive": Serving(NAIVE_MODEL_PY, instances, delay),
+        f"{name}_null_host": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "host"),)),
+        f"{name}_null_device": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "device"),)),
+    }
+    for count, queue_delay in SWEEP:
+        variants[f"{name}_i{count}_d{queue_delay}"] = Serving(ZERO_COPY_MODEL_PY, count, queue_delay)
+    return variants
 
 
 def bench_config(
-    name: str, input_name: str, output_name: str, width: int, out_width: int, naive: bool, instances: int = 1
+    name: str, input_name: str, output_name: str, width: int, out_width: int, serving: Serving
 ) -> str:
     # The naive model reads inputs with as_numpy(), so it keeps the backend's default CPU-only inputs.
-    force_cpu = "yes" if naive else "no"
+    force_cpu = "yes" if serving.model_py == NAIVE_MODEL_PY else "no"
+    parameters = [("FORCE_CPU_ONLY_INPUT_TENSORS", force_cpu), *serving.parameters]
+    parameter_text = ", ".join(f'{{ key: "{k}", value: {{ string_value: "{v}" }} }}' for k, v in parameters)
     return f"""name: "{name}"
 backend: "python"
-max_batch_size: 1024
+max_batch_size: {BENCH_MAX_BATCH}
 input [ {{ name: "{input_name}", data_type: TYPE_FP32, dims: [ {width} ] }} ]
 output [ {{ name: "{output_name}", data_type: TYPE_FP32, dims: [ {out_width} ] }} ]
-instance_group [ {{ kind: KIND_AUTO, count: {instances} }} ]
-dynamic_batching {{ max_queue_delay_microseconds: 0 }}
-parameters [ {{ key: "FORCE_CPU_ONLY_INPUT_TENSORS", value: {{ string_value: "{force_cpu}" }} }} ]
+instance_group [ {{ kind: KIND_AUTO, count: {serving.instances} }} ]
+dynamic_batching {{ max_queue_delay_microseconds: {serving.queue_delay_us} }}
+parameters [ {parameter_text} ]
 """
 
 
@@ -99,19 +140,14 @@ def build(out: Path, names: list[str], bench: bool = False) -> None:
 def write_bench_models(
     out: Path, name: str, onnx_path: Path, input_name: str, output_name: str, width: int, out_width: int
 ) -> None:
-    variants = (
-        (name, ZERO_COPY_MODEL_PY, False, 1),
-        (f"{name}_x2", ZERO_COPY_MODEL_PY, False, 2),  # two instances: stub overheads overlap under load
-        (f"{name}_naive", NAIVE_MODEL_PY, True, 1),
-    )
-    for served_name, model_py, naive, instances in variants:
+    for served_name, serving in bench_variants(name).items():
         version = out / served_name / "1"
         version.mkdir(parents=True, exist_ok=True)
-        shutil.copy(model_py, version / "model.py")
+        shutil.copy(serving.model_py, version / "model.py")
         if served_name != name:  # every variant shares the one ONNX file
             (version / "model.onnx").unlink(missing_ok=True)
             os.link(onnx_path, version / "model.onnx")  # a hard link: the 4096-wide MLP is 268 MB
-        config = bench_config(served_name, input_name, output_name, width, out_width, naive, instances)
+        config = bench_config(served_name, input_name, output_name, width, out_width, serving)
         (out / served_name / "config.pbtxt").write_text(config)
 
 

@@ -8,13 +8,16 @@ off unless asked for.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import re
 from collections.abc import Iterator
 
 import torch
 
 LOGGER = logging.getLogger(__name__)
+CUPTI_MARKER = "host<->device copies (CUPTI): "
 
 
 def copy_counting_enabled() -> bool:
@@ -32,5 +35,12 @@ def count_host_device_copies(enabled: bool) -> Iterator[None]:
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
         yield
         torch.cuda.synchronize()
-    copies = [e.name for e in profiler.events() if "HtoD" in e.name or "DtoH" in e.name]
-    LOGGER.info("host<->device copies (CUPTI): %d %s", len(copies), sorted(set(copies)))
+    names = [e.name for e in profiler.events() if "HtoD" in e.name or "DtoH" in e.name]
+    counts = {direction: sum(direction in name for name in names) for direction in ("HtoD", "DtoH")}
+    LOGGER.info("%s%s %s", CUPTI_MARKER, json.dumps(counts), sorted(set(names)))
+
+
+def cupti_counts_from_log(text: str) -> list[dict[str, int]]:
+    """The per-execute counts logged above, in order: {'HtoD': n, 'DtoH': m}."""
+    pattern = re.escape(CUPTI_MARKER) + r"(\{.*?\})"
+    return [json.loads(found) for found in re.findall(pattern, text)]

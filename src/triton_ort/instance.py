@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -15,9 +14,10 @@ import torch
 from .errors import ProviderError
 from .gather import Result, run_requests
 from .options import ModelOptions, parameters_from_model_config, parse_options
-from .runner import IOBindingRunner
+from .runner import IOBindingRunner, OutputPlacement
 from .session import Placement, create_session
 from .signature import check_config
+from .stats import ExecuteStats
 
 LOGGER = logging.getLogger(__name__)
 
@@ -50,9 +50,17 @@ class ModelInstance:
             Placement("cuda", device_id, self._stream.cuda_stream) if self._stream else Placement("cpu")
         )
         session = create_session(version_dir / self.options.onnx_file, self.options, placement)
-        self.runner = IOBindingRunner(session, placement, pinned_staging=self.options.pinned_staging)
+        self.runner = IOBindingRunner(
+            session,
+            placement,
+            pinned_staging=self.options.pinned_staging,
+            output_placement=OutputPlacement(
+                self.options.output_placement, self.options.host_output_max_bytes
+            ),
+        )
         check_config(model_config, self.runner.inputs, self.runner.outputs)
         self.output_names = [str(entry["name"]) for entry in model_config.get("output", [])]
+        self.last_execute: ExecuteStats | None = None  # kept only while DEBUG logging is on
         if not self.runner.placement.is_cuda:
             self._stream = None  # the CUDA EP did not load and allow_cpu_fallback let it run on CPU
         if self.options.warmup:
@@ -98,29 +106,36 @@ class ModelInstance:
         return self.runner.device
 
     def infer(self, requests: Sequence[Mapping[str, torch.Tensor]]) -> list[Result]:
-        """Results in request order. On return every output is complete on the device, so handing it on
-        through a raw DLPack capsule (which Triton does not synchronise) is safe."""
-        debug = LOGGER.isEnabledFor(logging.DEBUG)
+        """Results in request order. On return every output is complete (on the device, or on the host
+        where the output placement put it), so handing it on through a raw DLPack capsule (which Triton
+        does not synchronise) is safe."""
         started = time.perf_counter()
-        stats_before = dataclasses.replace(self.runner.stats) if debug else self.runner.stats
+        before = self.runner.stats.snapshot()
         stream_context = torch.cuda.stream(self._stream) if self._stream else contextlib.nullcontext()
         with stream_context:
             results = run_requests(self.runner, requests, self.options.gather_requests)
             self._shrink_arena_after_failure()
+        queued = time.perf_counter()
         if self._stream is not None:
-            self._stream.synchronize()
-        if debug:
-            LOGGER.debug(
-                "execute: %d request(s), inputs on %s -> %d ORT run(s), %d host-to-device copies, "
-                "%.0f us (ORT run %.0f us)",
-                len(requests),
-                sorted({str(t.device) for tensors in requests for t in tensors.values()}),
-                self.runner.stats.ort_runs - stats_before.ort_runs,
-                self.runner.stats.host_to_device_copies - stats_before.host_to_device_copies,
-                (time.perf_counter() - started) * 1e6,
-                (self.runner.stats.ort_run_seconds - stats_before.ort_run_seconds) * 1e6,
+            self._stream.synchronize()  # the one wait of this execute: kernels and host copies
+        finished = time.perf_counter()
+        if LOGGER.isEnabledFor(logging.DEBUG):
+            self.last_execute = ExecuteStats.between(
+                before,
+                self.runner.stats,
+                requests=len(requests),
+                input_devices=sorted({str(t.device) for tensors in requests for t in tensors.values()}),
+                steps_us={
+                    "infer_total": round((finished - started) * 1e6, 1),
+                    "stream_sync": round((finished - queued) * 1e6, 1),
+                },
             )
         return [
             result if isinstance(result, Exception) else {name: result[name] for name in self.output_names}
             for result in results
         ]
+
+    def log_execute(self, **steps_us: float) -> None:
+        """The debug record of the last execute, with the adapter's own steps (µs) added."""
+        if LOGGER.isEnabledFor(logging.DEBUG) and self.last_execute is not None:
+            LOGGER.debug(self.last_execute.with_steps(**steps_us).log_line())

@@ -18,6 +18,10 @@ BACKEND_KEYS = frozenset({"FORCE_CPU_ONLY_INPUT_TENSORS", "EXECUTION_ENV_PATH"})
 GRAPH_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 ARENA_EXTEND_STRATEGIES = ("kNextPowerOfTwo", "kSameAsRequested")
 CUDNN_CONV_ALGO_SEARCHES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
+OUTPUT_PLACEMENTS = ("auto", "device", "host")
+# Below this many output bytes per ORT run, handing outputs back from host memory is faster than from the
+# device through the python backend; measured on an H200 with Triton 2.51 (docs/benchmarks.md).
+DEFAULT_HOST_OUTPUT_MAX_BYTES = 262144
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,12 @@ class ModelOptions:
     """Concatenate the requests of one execute() into one ORT run when their shapes allow it."""
     pinned_staging: bool = True
     """CPU inputs for a GPU instance go through pinned host memory (faster, asynchronous DMA)."""
+    output_placement: str = "auto"
+    """GPU instances: where outputs are handed to Triton. 'device' keeps them on the GPU (no copy),
+    'host' copies them once into pinned host memory, 'auto' picks 'host' for runs whose output bytes are at
+    most host_output_max_bytes (a GPU hand-back costs a fixed ~0.45 ms that small outputs do not repay)."""
+    host_output_max_bytes: int = DEFAULT_HOST_OUTPUT_MAX_BYTES
+    """The 'auto' crossover, in bytes of output per ORT run."""
     warmup: bool = True
     """Run the model once at load (zeros, variable axes 1), so the first request does not pay for
     cuBLAS/cuDNN initialisation (about 100 ms on a GPU)."""
@@ -82,6 +92,8 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "allow_cpu_fallback": _parse_bool,
     "gather_requests": _parse_bool,
     "pinned_staging": _parse_bool,
+    "output_placement": _one_of(OUTPUT_PLACEMENTS),
+    "host_output_max_bytes": _parse_count,
     "warmup": _parse_bool,
     "gpu_mem_limit": _parse_count,
     "arena_extend_strategy": _one_of(ARENA_EXTEND_STRATEGIES),

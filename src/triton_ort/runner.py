@@ -2,11 +2,21 @@
 
 Inputs are bound by pointer. Outputs whose shape follows from the inputs (static axes, or a symbolic axis
 that also names an input axis, such as the batch) are allocated as torch tensors on the session's device and
-bound by pointer, so ORT writes straight into memory torch owns. Their memory comes from torch's caching
-allocator, which hands the same blocks back when shapes repeat; we do not keep and overwrite one buffer
-ourselves, because a previous answer may still be on its way out through Triton when the next run starts.
-Outputs with data-dependent shapes are allocated by ORT on the device and wrapped as torch tensors through
-DLPack, again without a host copy.
+bound by pointer, so ORT writes straight into memory torch owns. Outputs with data-dependent shapes are
+allocated by ORT on the device and wrapped as torch tensors through DLPack, again without a host copy.
+
+Where the outputs go is decided per run (`OutputPlacement`). Handing a GPU tensor back through Triton's
+python backend has a fixed cost (measured ~0.45 ms for a KB-size output on an H200, docs/benchmarks.md),
+which a small output does not repay; such outputs are copied once into pinned host memory on the session's
+stream. Device-placed outputs come from torch's caching allocator, which hands the same block back only
+after the previous answer has been released by Triton; host-placed runs write into device buffers this
+runner keeps (nothing outside sees them) and the host copies are new pinned tensors each time.
+
+A binding is only redone when the pointer or the shape changed: with repeating shapes and the allocator's
+block reuse, a steady stream of requests binds nothing.
+
+On a CUDA session with a caller's stream, ORT does not synchronise at the end of a run: the caller
+synchronises that stream once (ModelInstance.infer does), after the host copies are queued.
 """
 
 from __future__ import annotations
@@ -23,15 +33,16 @@ import torch.utils.dlpack
 from .errors import InputError
 from .session import Placement, session_placement
 from .signature import Dim, TensorSpec, read_specs
+from .stats import RunnerStats
 
 
-@dataclass
-class RunnerStats:
-    """Counters a test or a debug log can read: how many ORT runs, how many host-to-device copies."""
+@dataclass(frozen=True)
+class OutputPlacement:
+    """Where a CUDA session's outputs go: 'device', 'host', or 'auto' (host when one run's output bytes are
+    at most host_max_bytes). A CPU session's outputs are on the host anyway."""
 
-    ort_runs: int = 0
-    host_to_device_copies: int = 0
-    ort_run_seconds: float = 0.0  # inside session.run_with_iobinding (kernels, and ORT's end-of-run sync)
+    mode: str = "auto"
+    host_max_bytes: int = 262144
 
 
 @dataclass(frozen=True)
@@ -71,11 +82,16 @@ class IOBindingRunner:
     """Runs one session on torch tensors. Not thread-safe: one runner per model instance."""
 
     def __init__(
-        self, session: ort.InferenceSession, placement: Placement, pinned_staging: bool = True
+        self,
+        session: ort.InferenceSession,
+        placement: Placement,
+        pinned_staging: bool = True,
+        output_placement: OutputPlacement | None = None,
     ) -> None:
         self.session = session
         self.pinned_staging = pinned_staging
         self.placement = session_placement(session, placement)
+        self.output_placement = output_placement or OutputPlacement()
         self.device = torch.device(f"cuda:{self.placement.device_id}" if self.placement.is_cuda else "cpu")
         self.inputs = read_specs(session.get_inputs(), "input")
         self.outputs = read_specs(session.get_outputs(), "output")
@@ -88,18 +104,28 @@ class IOBindingRunner:
             for plan in self._output_plans.values()
         )
         self._binding = session.io_binding()
+        # (is input, name) -> (pointer, shape) last bound
+        self._bound: dict[tuple[bool, str], tuple[int, tuple[int, ...]]] = {}
+        self._scratch: dict[str, torch.Tensor] = {}  # device buffers of host-placed runs, by output
         self.stats = RunnerStats()
         # A failed run can leave ORT's CUDA arena holding what it grabbed for it (a request that asked for
         # more than the GPU has once left 140 GB reserved). The next run then shrinks the arena back.
         self.arena_needs_shrink = False
-        self._shrink_options: ort.RunOptions | None = None
-        if self.placement.is_cuda:
-            self._shrink_options = ort.RunOptions()
-            self._shrink_options.add_run_config_entry(
-                "memory.enable_memory_arena_shrinkage", f"gpu:{self.placement.device_id}"
-            )
+        self._run_options, self._shrink_options = self._make_run_options()
         # An empty tensor's data_ptr may be 0, which ORT rejects; bind this instead (never read: 0 elements).
         self._placeholder = torch.empty(8, dtype=torch.uint8, device=self.device)
+
+    def _make_run_options(self) -> tuple[ort.RunOptions | None, ort.RunOptions | None]:
+        if not self.placement.is_cuda:
+            return None, None
+        options, shrink = ort.RunOptions(), ort.RunOptions()
+        shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", f"gpu:{self.placement.device_id}")
+        if self.placement.cuda_stream is not None:
+            # ORT's end-of-run stream sync would be the first of two: the caller syncs the same stream
+            # after queueing the host copies, so one wait covers kernels and copies.
+            for run_options in (options, shrink):
+                run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+        return options, shrink
 
     def validate(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Raise InputError naming the input, what was expected and what came."""
@@ -145,47 +171,95 @@ class IOBindingRunner:
                     )
 
     def run(self, tensors: Mapping[str, torch.Tensor], validated: bool = False) -> dict[str, torch.Tensor]:
-        """Validate (unless the caller just did), bind, run; every output is a torch tensor on the
-        session's device."""
+        """Validate (unless the caller just did), bind, run. Outputs are torch tensors on the session's
+        device, or in pinned host memory when the placement says so; on a CUDA session with a caller's
+        stream they are complete once that stream is synchronised."""
         if not validated:
             self.validate(tensors)
+        started = time.perf_counter()
         # Keep the bound tensors referenced until run() returns: ORT holds only their pointers.
         bound = {name: self.to_device(tensor) for name, tensor in tensors.items()}
         for spec in self.inputs:
-            self._bind_input(spec, bound[spec.name])
+            self._bind(spec, bound[spec.name], is_input=True)
+        shapes = {spec.name: self._output_shape(spec.name, bound) for spec in self.outputs}
+        to_host = self._outputs_to_host(shapes)
         preallocated = {}
         for spec in self.outputs:
-            shape = self._output_shape(spec.name, bound)
+            shape = shapes[spec.name]
             if shape is None:
+                self._bound.pop((False, spec.name), None)
                 self._binding.bind_output(spec.name, self.placement.device_type, self.placement.device_id)
                 continue
-            tensor = torch.empty(shape, dtype=spec.element_type.torch_dtype, device=self.device)
+            tensor = self._scratch_output(spec, shape) if to_host else self._new_output(spec, shape)
             preallocated[spec.name] = tensor
-            self._binding.bind_output(
-                spec.name,
-                self.placement.device_type,
-                self.placement.device_id,
-                spec.element_type.onnx_proto,
-                list(shape),
-                self._pointer(tensor),
-            )
-        started = time.perf_counter()
-        shrink = self._shrink_options if self.arena_needs_shrink else None
+            self._bind(spec, tensor, is_input=False)
+        ran = time.perf_counter()
+        self.stats.bind_seconds += ran - started
+        shrink = self.arena_needs_shrink and self._shrink_options is not None
         try:
-            self.session.run_with_iobinding(self._binding, shrink)
+            self.session.run_with_iobinding(
+                self._binding, self._shrink_options if shrink else self._run_options
+            )
         except Exception:
             self.arena_needs_shrink = self._shrink_options is not None
+            self._bound.clear()  # do not trust what a failed run left bound
             raise
         self.arena_needs_shrink = False
-        self.stats.ort_run_seconds += time.perf_counter() - started
+        finished = time.perf_counter()
+        self.stats.ort_run_seconds += finished - ran
         self.stats.ort_runs += 1
-        if len(preallocated) == len(self.outputs):
-            return preallocated
-        produced = self._binding.get_outputs()
-        return {
-            spec.name: preallocated[spec.name] if spec.name in preallocated else _ortvalue_to_torch(value)
-            for spec, value in zip(self.outputs, produced, strict=True)
-        }
+        outputs = preallocated
+        if len(preallocated) != len(self.outputs):
+            produced = self._binding.get_outputs()
+            outputs = {
+                spec.name: preallocated[spec.name] if spec.name in preallocated else _ortvalue_to_torch(value)
+                for spec, value in zip(self.outputs, produced, strict=True)
+            }
+        if not to_host:
+            return outputs
+        host = {name: self._to_pinned_host(tensor) for name, tensor in outputs.items()}
+        self.stats.host_output_runs += 1
+        self.stats.device_to_host_seconds += time.perf_counter() - finished
+        return host
+
+    def _outputs_to_host(self, shapes: Mapping[str, tuple[int, ...] | None]) -> bool:
+        if not self.placement.is_cuda or self.output_placement.mode == "device":
+            return False
+        if self.output_placement.mode == "host":
+            return True
+        if any(shape is None for shape in shapes.values()):
+            return False  # data-dependent sizes: unknown before the run, so keep them on the device
+        total = 0
+        for spec in self.outputs:
+            numel = 1
+            for dim in shapes[spec.name] or ():
+                numel *= dim
+            total += numel * spec.element_type.torch_dtype.itemsize
+        return total <= self.output_placement.host_max_bytes
+
+    def _new_output(self, spec: TensorSpec, shape: tuple[int, ...]) -> torch.Tensor:
+        return torch.empty(shape, dtype=spec.element_type.torch_dtype, device=self.device)
+
+    def _scratch_output(self, spec: TensorSpec, shape: tuple[int, ...]) -> torch.Tensor:
+        """A view of this runner's own device buffer for that output, grown when a larger one is needed:
+        it only lives until the host copy, so it can be reused by the next run (same pointer, no rebind)."""
+        numel = 1
+        for dim in shape:
+            numel *= dim
+        buffer = self._scratch.get(spec.name)
+        if buffer is None or buffer.numel() < numel:
+            buffer = torch.empty(max(numel, 1), dtype=spec.element_type.torch_dtype, device=self.device)
+            self._scratch[spec.name] = buffer
+        return buffer[:numel].view(shape)
+
+    def _to_pinned_host(self, tensor: torch.Tensor) -> torch.Tensor:
+        """One device-to-host copy into pinned memory, queued on the current stream (the session's)."""
+        if tensor.device.type == "cpu":
+            return tensor
+        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        host.copy_(tensor, non_blocking=True)
+        self.stats.device_to_host_copies += 1
+        return host
 
     def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         # A CPU tensor for a GPU session costs exactly one host-to-device copy; no numpy round trip.
@@ -202,15 +276,23 @@ class IOBindingRunner:
     def _pointer(self, tensor: torch.Tensor) -> int:
         return int(tensor.data_ptr()) if tensor.numel() else int(self._placeholder.data_ptr())
 
-    def _bind_input(self, spec: TensorSpec, tensor: torch.Tensor) -> None:
-        self._binding.bind_input(
+    def _bind(self, spec: TensorSpec, tensor: torch.Tensor, is_input: bool) -> None:
+        """Bind by pointer, unless the same pointer and shape are bound already."""
+        pointer, shape = self._pointer(tensor), tuple(tensor.shape)
+        key = (is_input, spec.name)
+        if self._bound.get(key) == (pointer, shape):
+            return
+        bind = self._binding.bind_input if is_input else self._binding.bind_output
+        bind(
             spec.name,
             self.placement.device_type,
             self.placement.device_id,
             spec.element_type.onnx_proto,
-            list(tensor.shape),
-            self._pointer(tensor),
+            list(shape),
+            pointer,
         )
+        self._bound[key] = (pointer, shape)
+        self.stats.binds += 1
 
     def _output_shape(self, name: str, bound: Mapping[str, torch.Tensor]) -> tuple[int, ...] | None:
         plan = self._output_plans[name]

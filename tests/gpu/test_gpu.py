@@ -8,7 +8,12 @@ tritonserver, CUDA-shared-memory inputs reach model.py on the GPU with no host c
 from __future__ import annotations
 
 import re
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import onnxruntime as ort
@@ -20,8 +25,12 @@ from tests import graphs
 from tests.paths import demo_onnx
 from tests.repository import build_test_repository
 from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
+from triton_ort.copy_counter import cupti_counts_from_log
+from triton_ort.runner import OutputPlacement
+from triton_ort.stats import ExecuteStats
 
 pytestmark = pytest.mark.gpu
+T = TypeVar("T")
 
 # ORT's CUDA EP uses TF32 for fp32 GEMMs on Hopper: results differ from CPU fp32 in the last bits.
 TF32 = {"rtol": 2e-3, "atol": 2e-3}
@@ -94,7 +103,86 @@ def test_several_dtypes_and_a_data_dependent_shape_on_gpu(tmp_path: Path) -> Non
     np.testing.assert_array_equal(indices.cpu().numpy(), cpu_reference(nz_path, {"x": x})["indices"])
 
 
-def test_cuda_shm_inputs_reach_the_model_on_gpu_through_tritonserver(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("placement", "rows", "on_host"),
+    [
+        (OutputPlacement("device"), 100, False),
+        (OutputPlacement("host"), 100, True),
+        (OutputPlacement("auto", host_max_bytes=800), 100, True),  # 100 rows x 2 fp32 = 800 bytes
+        (OutputPlacement("auto", host_max_bytes=800), 101, False),
+    ],
+)
+def test_output_placement_costs_one_device_to_host_copy_exactly_when_outputs_go_to_the_host(
+    placement: OutputPlacement, rows: int, on_host: bool
+) -> None:
+    stream = torch.cuda.Stream()
+    where = Placement("cuda", 0, stream.cuda_stream)
+    runner = IOBindingRunner(
+        create_session(demo_onnx(), ModelOptions(), where), where, output_placement=placement
+    )
+    x = torch.randn(rows, 2010, device="cuda")
+    with torch.cuda.stream(stream):
+        runner.run({"np_script_embeddings": x})  # warm-up
+        copies = host_device_copies(lambda: runner.run({"np_script_embeddings": x}))
+        binds_before = runner.stats.binds
+        out = runner.run({"np_script_embeddings": x})["np_logits"]
+    stream.synchronize()
+    assert copies == (["Memcpy DtoH (Device -> Pinned)"] if on_host else []), copies
+    assert (out.device.type, out.is_pinned()) == (("cpu", True) if on_host else ("cuda", False))
+    if on_host:  # its own device buffer and the same input: nothing to bind again
+        assert runner.stats.binds == binds_before
+    want = cpu_reference(demo_onnx(), {"np_script_embeddings": x})["np_logits"]
+    np.testing.assert_allclose(out.cpu().numpy(), want, **TF32)
+
+
+def _with_placement(repository: Path, name: str, placement: str) -> None:
+    """A copy of the demo named `name`, with parameter output_placement set."""
+    shutil.copytree(repository / "demo", repository / name)
+    config = (repository / name / "config.pbtxt").read_text().replace('name: "demo"', f'name: "{name}"')
+    parameter = f'{{ key: "output_placement", value: {{ string_value: "{placement}" }} }},\n  '
+    (repository / name / "config.pbtxt").write_text(config.replace("{ key: ", parameter + "{ key: ", 1))
+
+
+def _wait_for(read: Callable[[], list[T]], count: int, timeout_s: float = 20.0) -> list[T]:
+    """The log is written by another process: wait until `count` records are there."""
+    deadline = time.monotonic() + timeout_s
+    while len(found := read()) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
+
+
+def _concurrent_answers_are_right(url: str, models: tuple[str, ...]) -> dict[str, bool]:
+    """48 concurrent requests of different sizes and values per model, so that executes gather several
+    requests and split the outputs back (host views for 'auto', device views for 'device')."""
+    import tritonclient.grpc as grpcclient
+
+    from client.triton_client import infer, reference_outputs
+
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((1 + i % 7, 2010)).astype(np.float32) for i in range(48)]
+    wants = [reference_outputs(demo_onnx(), {"np_script_embeddings": x})["np_logits"] for x in xs]
+    client = grpcclient.InferenceServerClient(url)
+    gathered = False
+    for model in models:
+        before = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+
+        def ask(i: int, model: str = model) -> np.ndarray:
+            return infer(client, model, {"np_script_embeddings": xs[i]}, ["np_logits"])[0]["np_logits"]
+
+        with ThreadPoolExecutor(16) as pool:
+            for i, got in enumerate(pool.map(ask, range(len(xs)))):
+                np.testing.assert_allclose(got, wants[i], **TF32, err_msg=f"{model} request {i}")
+        after = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+        executions = int(after["execution_count"]) - int(before["execution_count"])
+        gathered = gathered or executions < len(xs)
+    return {"gathered": gathered}
+
+
+def test_cuda_shm_requests_through_tritonserver_copy_only_what_the_output_placement_asks(
+    tmp_path: Path,
+) -> None:
+    """CUDA-shm input, device placement: 0 host<->device copies. Auto placement of a 512-byte output:
+    exactly 1 device-to-host copy. A numpy request: 1 host-to-device staging copy. Answers right in all."""
     import tritonclient.grpc as grpcclient
 
     from client.cuda_shm import CudaShmIO
@@ -102,28 +190,41 @@ def test_cuda_shm_inputs_reach_the_model_on_gpu_through_tritonserver(tmp_path: P
     from triton_ort.local_server import LocalTritonServer
 
     repository = build_test_repository(tmp_path / "repository")
+    _with_placement(repository, "demo_device", "device")
     x = np.random.default_rng(0).standard_normal((64, 2010)).astype(np.float32)
     want = reference_outputs(demo_onnx(), {"np_script_embeddings": x})["np_logits"]
     debug = {"TRITON_ORT_LOG_LEVEL": "DEBUG", "TRITON_ORT_COUNT_COPIES": "1"}
+    layout = {"np_logits": (np.dtype(np.float32), (64, 2))}
+    answers = {}
     with LocalTritonServer(repository, log_verbose=1, env=debug) as server:
         client = grpcclient.InferenceServerClient(server.grpc_url)
-        loaded = len(server.log())  # the warm-up runs at load log execute lines too
-        layout = {"np_logits": (np.dtype(np.float32), (64, 2))}
-        with CudaShmIO(client, "demo", {"np_script_embeddings": x}, layout) as shm:
-            shm.infer()
-            from_shm = shm.read_outputs()["np_logits"]
-        over_grpc = infer(client, "demo", {"np_script_embeddings": x}, ["np_logits"])[0]["np_logits"]
+        loaded = len(server.log())  # the warm-up runs at load log records too
+        for model in ("demo_device", "demo"):
+            with CudaShmIO(client, model, {"np_script_embeddings": x}, layout) as shm:
+                shm.infer()
+                answers[f"{model} cuda-shm"] = shm.read_outputs()["np_logits"]
+        answers["demo numpy"] = infer(client, "demo", {"np_script_embeddings": x}, ["np_logits"])[0][
+            "np_logits"
+        ]
+        executes = _wait_for(lambda: ExecuteStats.from_log(server.log()[loaded:]), 3)
+        cupti = _wait_for(lambda: cupti_counts_from_log(server.log()[loaded:]), 3)
         log = server.log()
-        requests_log = log[loaded:]
+        concurrent = _concurrent_answers_are_right(server.grpc_url, ("demo", "demo_device"))
     print("\n".join(line for line in log.splitlines() if "triton_ort" in line or "model.py" in line))
-    np.testing.assert_allclose(from_shm, want, **TF32)
-    np.testing.assert_allclose(over_grpc, want, **TF32)
+    for label, got in answers.items():
+        np.testing.assert_allclose(got, want, **TF32, err_msg=label)
     assert re.search(r"providers \['CUDAExecutionProvider'", log), "the demo did not load on the CUDA EP"
-    executes = re.findall(
-        r"execute: \d+ request\(s\), inputs on \[(.*?)\] -> \d+ ORT run\(s\), (\d+) host", requests_log
-    )
-    assert executes[0] == ("'cuda:0'", "0"), f"CUDA-shm request: {executes[0]}"  # on the GPU, no host copy
-    assert executes[1] == ("'cpu'", "1"), f"numpy request: {executes[1]}"  # body tensors arrive on the CPU
+    device, auto, numpy_request = executes[:3]
+    assert device.input_devices == ["cuda:0"] and not device.outputs_on_host, device
+    assert (device.host_to_device_copies, device.device_to_host_copies) == (0, 0), device
+    assert auto.input_devices == ["cuda:0"] and auto.outputs_on_host, auto
+    assert (auto.host_to_device_copies, auto.device_to_host_copies) == (0, 1), auto
+    assert numpy_request.input_devices == ["cpu"], numpy_request
+    assert (numpy_request.host_to_device_copies, numpy_request.device_to_host_copies) == (1, 1)
+    assert concurrent["gathered"], "no execute gathered several requests: the split was not exercised"
     # CUPTI's count of every host<->device memcpy in the model process during each execute():
-    cupti = re.findall(r"host<->device copies \(CUPTI\): (\d+)", requests_log)
-    assert cupti[:2] == ["0", "1"], f"CUPTI copy counts (CUDA-shm request, numpy request): {cupti}"
+    assert cupti[:3] == [
+        {"HtoD": 0, "DtoH": 0},
+        {"HtoD": 0, "DtoH": 1},
+        {"HtoD": 1, "DtoH": 1},
+    ], f"CUPTI copies (device placement, auto placement, numpy request): {cupti}"

@@ -17,8 +17,11 @@ def test_values_are_parsed_and_backend_keys_ignored() -> None:
             "gpu_mem_limit": "1073741824",
             "graph_optimization_level": "basic",
             "gather_requests": "0",
+            "output_placement": "device",
+            "host_output_max_bytes": "4096",
         }
     )
+    assert (options.output_placement, options.host_output_max_bytes) == ("device", 4096)
     assert options.onnx_file == "net.onnx"
     assert options.allow_cpu_fallback is True
     assert options.gpu_mem_limit == 1 << 30
@@ -36,6 +39,8 @@ def test_values_are_parsed_and_backend_keys_ignored() -> None:
         ({"graph_optimization_level": "max"}, "'max' is not one of disable, basic, extended, all"),
         ({"arena_extend_strategy": "grow"}, "'grow' is not one of kNextPowerOfTwo, kSameAsRequested"),
         ({"onnx_file": " "}, "parameter 'onnx_file' is empty"),
+        ({"output_placement": "gpu"}, "parameter 'output_placement': 'gpu' is not one of auto, device, host"),
+        ({"host_output_max_bytes": "1MB"}, "parameter 'host_output_max_bytes': '1MB' is not a whole number"),
     ],
 )
 def test_bad_parameters_name_key_value_and_expectation(parameters: dict[str, str], message: str) -> None:

@@ -11,6 +11,7 @@ from onnx import TensorProto
 from tests import graphs
 from tests.paths import demo_onnx
 from triton_ort import InputError, IOBindingRunner, Placement
+from triton_ort.runner import OutputPlacement
 
 CPU = Placement("cpu")
 
@@ -135,3 +136,23 @@ def test_input_errors_name_what_was_expected_and_what_came(
     with pytest.raises(InputError) as caught:
         runner_for(demo_onnx()).run(inputs)
     assert message in str(caught.value)
+
+
+def test_a_new_input_is_bound_and_an_unchanged_one_is_not() -> None:
+    runner = runner_for(demo_onnx())
+    x, y = torch.randn(4, 2010), torch.randn(4, 2010)
+    runner.run({"np_script_embeddings": x})
+    binds = runner.stats.binds
+    runner.run({"np_script_embeddings": x})
+    assert runner.stats.binds - binds <= 1  # at most the output, when the allocator moved it
+    got = runner.run({"np_script_embeddings": y})["np_logits"]
+    want = session_run(demo_onnx(), {"np_script_embeddings": y.numpy()})["np_logits"]
+    np.testing.assert_array_equal(got.numpy(), want)  # the new pointer was bound, not the old one
+
+
+def test_output_placement_leaves_a_cpu_session_unchanged() -> None:
+    session = ort.InferenceSession(str(demo_onnx()), providers=["CPUExecutionProvider"])
+    runner = IOBindingRunner(session, CPU, output_placement=OutputPlacement("host"))
+    out = runner.run({"np_script_embeddings": torch.randn(3, 2010)})["np_logits"]
+    assert out.device.type == "cpu" and not out.is_pinned()
+    assert (runner.stats.device_to_host_copies, runner.stats.host_output_runs) == (0, 0)

@@ -5,8 +5,9 @@ lives in the `triton_ort` library (importable and tested without Triton); this a
 Triton's tensors and torch through DLPack, and maps errors onto per-request TritonErrors.
 
 Data path: request -> pb_utils.Tensor -> DLPack -> torch (no copy; on the GPU when Triton delivers it there)
--> ORT IO binding by pointer -> run on the instance's CUDA stream -> torch outputs on the device
--> DLPack -> pb_utils.Tensor -> response.
+-> ORT IO binding by pointer -> run on the instance's CUDA stream -> torch outputs on the device (or, when
+the output is small, one copy into pinned host memory: parameter output_placement) -> DLPack
+-> pb_utils.Tensor -> response.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -69,7 +71,8 @@ def _response(result: dict[str, torch.Tensor] | Exception) -> pb_utils.Inference
             else pb_utils.TritonError.INTERNAL
         )
         return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(result), code))
-    # ModelInstance.infer has synchronised its stream, so raw capsules are safe to hand over unsynchronised.
+    # ModelInstance.infer has synchronised its stream, so raw capsules are safe to hand over unsynchronised
+    # (a capsule skips the backend's own stream synchronisation, which an object with __dlpack__ would do).
     outputs = [
         pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(tensor))
         for name, tensor in result.items()
@@ -97,6 +100,7 @@ class TritonPythonModel:
 
     def execute(self, requests: list[pb_utils.InferenceRequest]) -> list[pb_utils.InferenceResponse]:
         with count_host_device_copies(self.count_copies):
+            started = time.perf_counter()
             parsed: list[dict[str, torch.Tensor] | Exception] = []
             for request in requests:
                 try:
@@ -104,8 +108,15 @@ class TritonPythonModel:
                 except TritonOrtError as error:
                     parsed.append(error)
             readable = [item for item in parsed if not isinstance(item, Exception)]
+            read = time.perf_counter()
             results = iter(self.instance.infer(readable))
-            return [_response(item if isinstance(item, Exception) else next(results)) for item in parsed]
+            inferred = time.perf_counter()
+            responses = [_response(item if isinstance(item, Exception) else next(results)) for item in parsed]
+            self.instance.log_execute(
+                read_inputs=round((read - started) * 1e6, 1),
+                responses=round((time.perf_counter() - inferred) * 1e6, 1),
+            )
+            return responses
 
     def finalize(self) -> None:
         del self.instance

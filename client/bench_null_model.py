@@ -1,0 +1,46 @@
+"""The python backend's own floor (benchmark anchor only): read the inputs through DLPack, return zeros.
+
+No ONNX Runtime, no computation: what is left is the cost of Triton, the python-backend stub and the
+client for this model's inputs and outputs. Parameter `null_output` says where the zeros come from:
+'host' (numpy, as a host output travels) or 'device' (a torch CUDA tensor through DLPack, as a GPU output
+travels). `ours - null` for the matching output placement is then what our code adds per request.
+"""
+
+import json
+
+import numpy as np
+import torch
+import torch.utils.dlpack
+import triton_python_backend_utils as pb_utils
+
+NP_TYPES = {"TYPE_FP32": np.float32, "TYPE_FP16": np.float16, "TYPE_INT64": np.int64, "TYPE_INT32": np.int32}
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        parameters = config.get("parameters", {})
+        self.on_device = parameters.get("null_output", {}).get("string_value", "host") == "device"
+        self.outputs = [
+            (out["name"], NP_TYPES[out["data_type"]], [int(d) for d in out["dims"]])
+            for out in config["output"]
+        ]
+        self.device = torch.device(f"cuda:{args['model_instance_device_id']}")
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            inputs = [torch.from_dlpack(t.to_dlpack()) for t in request.inputs()]
+            rows = inputs[0].shape[0]
+            tensors = []
+            for name, dtype, dims in self.outputs:
+                if self.on_device:
+                    zeros = torch.zeros(
+                        [rows, *dims], dtype=torch.from_numpy(np.empty(0, dtype)).dtype, device=self.device
+                    )
+                    torch.cuda.current_stream(self.device).synchronize()
+                    tensors.append(pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(zeros)))
+                else:
+                    tensors.append(pb_utils.Tensor(name, np.zeros([rows, *dims], dtype=dtype)))
+            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+        return responses
