@@ -37,8 +37,11 @@ TF32 = {"rtol": 2e-3, "atol": 2e-3}
 
 
 def cuda_runner(path: Path, stream: torch.cuda.Stream) -> IOBindingRunner:
+    """Outputs kept on the device (placement 'device'): these tests are about the zero-copy path."""
     placement = Placement("cuda", 0, stream.cuda_stream)
-    return IOBindingRunner(create_session(path, ModelOptions(), placement), placement)
+    return IOBindingRunner(
+        create_session(path, ModelOptions(), placement), placement, output_placement=OutputPlacement("device")
+    )
 
 
 def cpu_reference(path: Path, inputs: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
