@@ -21,17 +21,15 @@ perf_analyzer measures the same thing:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
-import multiprocessing
 import os
 import platform
 import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,9 +37,9 @@ from typing import Any
 import numpy as np
 import torch
 import tritonclient.grpc as grpcclient
-import tritonclient.grpc.aio as grpcaio
 
-from client.triton_client import compare, reference_outputs
+from client.load import Workload, load_in_processes, request_workers
+from client.triton_client import compare
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = {"demo": 100, "mlp1024": 256, "mlp4096": 1024}
@@ -145,32 +143,6 @@ def _stage_deltas(before: dict[str, tuple[int, int]], after: dict[str, tuple[int
     return deltas
 
 
-async def _load(
-    url: str, model: str, workers: list[tuple[list[Any], list[Any]]], warmup_s: float, duration_s: float
-) -> tuple[list[float], float]:
-    """Closed-loop load: one task per worker, each with its own request tensors."""
-    client = grpcaio.InferenceServerClient(url)
-    latencies: list[float] = []
-    measuring = False
-
-    async def worker(inputs: list[Any], outputs: list[Any], stop_at: float) -> None:
-        while time.perf_counter() < stop_at:
-            t0 = time.perf_counter()
-            await client.infer(model, inputs, outputs=outputs)
-            if measuring:
-                latencies.append(time.perf_counter() - t0)
-
-    try:
-        warm_until = time.perf_counter() + warmup_s
-        await asyncio.gather(*(worker(i, o, warm_until) for i, o in workers))
-        measuring = True
-        started = time.perf_counter()
-        await asyncio.gather(*(worker(i, o, started + duration_s) for i, o in workers))
-        return latencies, time.perf_counter() - started
-    finally:
-        await client.close()
-
-
 def _sync_load(
     client: grpcclient.InferenceServerClient,
     model: str,
@@ -191,94 +163,6 @@ def _sync_load(
     return latencies, time.perf_counter() - started
 
 
-def _numpy_workers(inputs: dict[str, np.ndarray], outputs: list[str], concurrency: int) -> list[Any]:
-    workers = []
-    for _ in range(concurrency):
-        items = []
-        for name, array in inputs.items():
-            item = grpcclient.InferInput(name, list(array.shape), "FP32")
-            item.set_data_from_numpy(array)
-            items.append(item)
-        workers.append((items, [grpcclient.InferRequestedOutput(n) for n in outputs]))
-    return workers
-
-
-@contextlib.contextmanager
-def _request_workers(
-    client: grpcclient.InferenceServerClient, model: str, transport: str, work: Workload, concurrency: int
-) -> Iterator[tuple[list[Any], Callable[[], dict[str, np.ndarray]]]]:
-    """`concurrency` sets of request tensors (each with its own CUDA-shm regions), and a function that
-    sends the first set once and returns the answer."""
-    with contextlib.ExitStack() as stack:
-        if transport == "cuda-shm":
-            from client.cuda_shm import CudaShmIO
-
-            regions = [
-                stack.enter_context(CudaShmIO(client, model, work.inputs, work.layout))
-                for _ in range(concurrency)
-            ]
-
-            def ask() -> dict[str, np.ndarray]:
-                regions[0].infer()
-                return regions[0].read_outputs()
-
-            yield [(r.infer_inputs, r.requested_outputs) for r in regions], ask
-        else:
-            workers = _numpy_workers(work.inputs, list(work.layout), concurrency)
-
-            def ask() -> dict[str, np.ndarray]:
-                result = client.infer(model, workers[0][0], outputs=workers[0][1])
-                return {name: result.as_numpy(name) for name in work.layout}
-
-            yield workers, ask
-
-
-def _client_process(
-    url: str,
-    model: str,
-    transport: str,
-    work: Workload,
-    concurrency: int,
-    timing: tuple[float, float],
-    barrier: Any,
-    results: Any,
-) -> None:
-    """One load-generating process (spawned): its own client, regions and event loop."""
-    client = grpcclient.InferenceServerClient(url)
-    with _request_workers(client, model, transport, work, concurrency) as (workers, _):
-        barrier.wait()
-        results.put(asyncio.run(_load(url, model, workers, *timing)))
-
-
-def _load_in_processes(
-    url: str, model: str, transport: str, work: Workload, concurrency: int, args: argparse.Namespace
-) -> tuple[list[float], float]:
-    """Closed-loop load from several processes, so one Python process (one GIL) is not the ceiling;
-    returns every latency and the summed request rate."""
-    processes = min(concurrency, args.client_processes)
-    context = multiprocessing.get_context("spawn")  # CUDA (shared memory regions) does not survive fork
-    barrier, results = context.Barrier(processes), context.Queue()
-    shares = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
-    children = [
-        context.Process(
-            target=_client_process,
-            args=(url, model, transport, work, share, (args.warmup, args.duration), barrier, results),
-        )
-        for share in shares
-    ]
-    for child in children:
-        child.start()
-    try:
-        gathered = [results.get(timeout=args.warmup + args.duration + 300) for _ in children]
-    finally:
-        for child in children:
-            child.join(timeout=30)
-            if child.is_alive():
-                child.kill()
-    latencies = [latency for child_latencies, _ in gathered for latency in child_latencies]
-    return latencies, sum(len(lat) / wall for lat, wall in gathered)
-
-
 def measure_server(
     url: str,
     model: str,
@@ -294,7 +178,7 @@ def measure_server(
     client = grpcclient.InferenceServerClient(url)
     label = f"{model} {anchor} {transport} c={concurrency}"
     _progress(label)
-    with _request_workers(client, served_name, transport, work, 1) as (workers, ask):
+    with request_workers(client, served_name, transport, work, 1) as (workers, ask):
         got = ask()
         problems = compare(got, work.reference, rtol=args.rtol, atol=args.atol) if check else []
         if problems:
@@ -304,7 +188,10 @@ def measure_server(
             latencies, wall = _sync_load(client, served_name, workers[0], args)
             rate = len(latencies) / wall
     if concurrency > 1:
-        latencies, rate = _load_in_processes(url, served_name, transport, work, concurrency, args)
+        timing = (args.warmup, args.duration)
+        latencies, rate = load_in_processes(
+            url, served_name, transport, work, concurrency, args.client_processes, timing
+        )
     stages = _stage_deltas(before, _stats(client, served_name)) if before else {}
     return Measurement.from_latencies(
         latencies,
@@ -366,29 +253,6 @@ def pytriton_server(onnx_path: Path, name: str) -> Iterator[str]:
         log.close()
 
 
-@dataclass
-class Workload:
-    """One model's request: its inputs, the expected answer, and the output layout for shared memory."""
-
-    onnx_path: Path
-    batch: int
-    inputs: dict[str, np.ndarray]
-    reference: dict[str, np.ndarray]
-    layout: dict[str, tuple[np.dtype[Any], tuple[int, ...]]]
-
-    @classmethod
-    def build(cls, model: str, repository: Path, batch: int) -> Workload:
-        from onnxruntime import InferenceSession
-
-        onnx_path = repository / model / "1" / "model.onnx"
-        session = InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-        spec, out = session.get_inputs()[0], session.get_outputs()[0]
-        x = np.random.default_rng(0).standard_normal((batch, *spec.shape[1:])).astype(np.float32)
-        inputs = {spec.name: x}
-        layout = {out.name: (np.dtype(np.float32), (batch, *out.shape[1:]))}
-        return cls(onnx_path, batch, inputs, reference_outputs(onnx_path, inputs), layout)
-
-
 def transport_for_ours() -> str:
     return "cuda-shm" if torch.cuda.is_available() else "numpy"
 
@@ -420,18 +284,22 @@ def serving(repository: Path, models: list[str], **kwargs: Any) -> contextlib.Ab
 
 def profile_executes(repository: Path, models: list[str], args: argparse.Namespace) -> dict[str, Any]:
     """Per-step medians (µs) of our code inside the real stub at c=1 (the library's execute records), from
-    a second server with debug logging on, so that the logging's cost stays out of the main measurements."""
+    a second server with debug logging on, so that the logging's cost stays out of the main measurements.
+    On a GPU, for each output placement too."""
     from triton_ort.stats import ExecuteStats
 
+    suffixes = ["", "_host", "_device"] if torch.cuda.is_available() else [""]
+    served = [model + suffix for model in models for suffix in suffixes]
     profiles: dict[str, Any] = {}
-    with serving(repository, models, log_verbose=1, env={"TRITON_ORT_LOG_LEVEL": "DEBUG"}) as server:
-        for model in models:
+    with serving(repository, served, log_verbose=1, env={"TRITON_ORT_LOG_LEVEL": "DEBUG"}) as server:
+        for name in served:
+            model = next(m for m in models if name.startswith(m))
             work = Workload.build(model, repository, args.batch or BATCH[model])
             start = len(server.log())
-            measure_server(server.grpc_url, model, model, "ours", transport_for_ours(), 1, work, args, False)
+            measure_server(server.grpc_url, model, name, "ours", transport_for_ours(), 1, work, args, False)
             records = ExecuteStats.from_log(server.log()[start:])
             steps = sorted({step for record in records for step in record.steps_us})
-            profiles[model] = {
+            profiles[name] = {
                 "executes": len(records),
                 "outputs_on_host": sum(r.outputs_on_host for r in records),
                 "steps_us_p50": {
@@ -485,7 +353,8 @@ def bench_model(model: str, server_url: str, repository: Path, args: argparse.Na
 
 
 def sweep(repository: Path, models: list[str], args: argparse.Namespace) -> list[Measurement]:
-    """Throughput at the top concurrency (and p50 at 1) for each instance count x queue delay."""
+    """Throughput at the top concurrency for each instance count x queue delay (at concurrency 1 nothing
+    gathers, and a queue delay only adds itself to the latency)."""
     from scripts.build_models import SWEEP
 
     results = []
@@ -494,7 +363,7 @@ def sweep(repository: Path, models: list[str], args: argparse.Namespace) -> list
         names = [f"{model}_i{count}_d{delay}" for count, delay in SWEEP]
         with serving(repository, names) as server:
             for name in names:
-                for concurrency in (1, max(args.concurrency)):
+                for concurrency in (max(args.concurrency),):
                     measured = measure_server(
                         server.grpc_url,
                         model,

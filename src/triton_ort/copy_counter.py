@@ -11,10 +11,11 @@ import contextlib
 import json
 import logging
 import os
-import re
 from collections.abc import Iterator
 
 import torch
+
+from .stats import log_records
 
 LOGGER = logging.getLogger(__name__)
 CUPTI_MARKER = "host<->device copies (CUPTI): "
@@ -42,5 +43,4 @@ def count_host_device_copies(enabled: bool) -> Iterator[None]:
 
 def cupti_counts_from_log(text: str) -> list[dict[str, int]]:
     """The per-execute counts logged above, in order: {'HtoD': n, 'DtoH': m}."""
-    pattern = re.escape(CUPTI_MARKER) + r"(\{.*?\})"
-    return [json.loads(found) for found in re.findall(pattern, text)]
+    return log_records(text, CUPTI_MARKER)

@@ -108,8 +108,10 @@ class ModelInstance:
     def infer(self, requests: Sequence[Mapping[str, torch.Tensor]]) -> list[Result]:
         """Results in request order. On return every output is complete (on the device, or on the host
         where the output placement put it), so handing it on through a raw DLPack capsule (which Triton
-        does not synchronise) is safe."""
+        does not synchronise) is safe. Host outputs live in buffers that the next infer() reuses: Triton
+        has copied them by then; other callers copy what they keep."""
         started = time.perf_counter()
+        self.runner.begin_execute()  # the previous execute's outputs have left through Triton
         before = self.runner.stats.snapshot()
         stream_context = torch.cuda.stream(self._stream) if self._stream else contextlib.nullcontext()
         with stream_context:

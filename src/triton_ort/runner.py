@@ -107,6 +107,10 @@ class IOBindingRunner:
         # (is input, name) -> (pointer, shape) last bound
         self._bound: dict[tuple[bool, str], tuple[int, tuple[int, ...]]] = {}
         self._scratch: dict[str, torch.Tensor] = {}  # device buffers of host-placed runs, by output
+        # Pinned host buffers for host-placed outputs, by output, and how much of each this execute used;
+        # None until begin_execute() says when earlier outputs are consumed (until then: new each run).
+        self._host_buffers: dict[str, torch.Tensor] = {}
+        self._host_used: dict[str, int] | None = None
         self.stats = RunnerStats()
         # A failed run can leave ORT's CUDA arena holding what it grabbed for it (a request that asked for
         # more than the GPU has once left 140 GB reserved). The next run then shrinks the arena back.
@@ -217,7 +221,7 @@ class IOBindingRunner:
             }
         if not to_host:
             return outputs
-        host = {name: self._to_pinned_host(tensor) for name, tensor in outputs.items()}
+        host = {name: self._to_pinned_host(name, tensor) for name, tensor in outputs.items()}
         self.stats.host_output_runs += 1
         self.stats.device_to_host_seconds += time.perf_counter() - finished
         return host
@@ -252,11 +256,29 @@ class IOBindingRunner:
             self._scratch[spec.name] = buffer
         return buffer[:numel].view(shape)
 
-    def _to_pinned_host(self, tensor: torch.Tensor) -> torch.Tensor:
+    def begin_execute(self) -> None:
+        """Declare that the outputs handed out so far have been consumed, so their host memory may be
+        reused. Triton's python backend copies a response's outputs before it sends the instance its next
+        execute(), so ModelInstance calls this at the start of each one."""
+        self._host_used = {}
+
+    def _to_pinned_host(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         """One device-to-host copy into pinned memory, queued on the current stream (the session's)."""
         if tensor.device.type == "cpu":
             return tensor
-        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        numel = tensor.numel()
+        if self._host_used is None:
+            host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        else:
+            # Several runs of one execute take consecutive slices; a buffer too small is replaced by one
+            # twice the size (slices already handed out keep the old one alive).
+            used = self._host_used.get(name, 0)
+            buffer = self._host_buffers.get(name)
+            if buffer is None or buffer.dtype != tensor.dtype or buffer.numel() < used + numel:
+                buffer = torch.empty(max(2 * (used + numel), 1), dtype=tensor.dtype, pin_memory=True)
+                self._host_buffers[name], used = buffer, 0
+            host = buffer[used : used + numel].view(tensor.shape)
+            self._host_used[name] = used + numel
         host.copy_(tensor, non_blocking=True)
         self.stats.device_to_host_copies += 1
         return host

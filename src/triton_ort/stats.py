@@ -8,12 +8,27 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 _LOG_MARKER = "execute stats: "
-_LOG_PATTERN = re.compile(re.escape(_LOG_MARKER) + r"(\{.*?\})\s*$", re.MULTILINE)
+
+
+def log_records(text: str, marker: str) -> list[Any]:
+    """The JSON value that follows `marker` on each line of a Triton log, in order.
+
+    Triton 2.41 (23.12) writes a python-backend log message as it is; later releases (2.51 seen) quote it
+    and escape its double quotes, e.g. `] "execute stats: {\\"requests\\": 1}"`. Both are read here.
+    """
+    records = []
+    for line in text.splitlines():
+        _, found, rest = line.partition(marker)
+        if not found:
+            continue
+        if rest.rstrip().endswith('"') and '\\"' in rest:  # an escaped message: unescape its quotes
+            rest = rest.replace('\\"', '"')
+        records.append(json.JSONDecoder().raw_decode(rest)[0])
+    return records
 
 
 @dataclass
@@ -83,5 +98,4 @@ class ExecuteStats:
     @classmethod
     def from_log(cls, text: str) -> list[ExecuteStats]:
         """Every record in a log, in order (Triton's prefix before the marker is ignored)."""
-        records: list[dict[str, Any]] = [json.loads(m.group(1)) for m in _LOG_PATTERN.finditer(text)]
-        return [cls(**record) for record in records]
+        return [cls(**record) for record in log_records(text, _LOG_MARKER)]

@@ -1,0 +1,179 @@
+"""Load generation for the benchmark: request tensors, closed-loop loops, and load from several processes.
+
+Kept free of torch, so that the load-generating child processes (`python -m client.load`, started by
+`load_in_processes`) start in a second: one Python process with one GIL tops out near the server's own
+rate, so above concurrency 1 the load comes from several of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import pickle
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as grpcaio
+
+from client.triton_client import reference_outputs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Workload:
+    """One model's request: its inputs, the expected answer, and the output layout for shared memory."""
+
+    onnx_path: Path
+    batch: int
+    inputs: dict[str, np.ndarray]
+    reference: dict[str, np.ndarray]
+    layout: dict[str, tuple[np.dtype[Any], tuple[int, ...]]]
+
+    @classmethod
+    def build(cls, model: str, repository: Path, batch: int) -> Workload:
+        from onnxruntime import InferenceSession
+
+        onnx_path = repository / model / "1" / "model.onnx"
+        session = InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+        spec, out = session.get_inputs()[0], session.get_outputs()[0]
+        x = np.random.default_rng(0).standard_normal((batch, *spec.shape[1:])).astype(np.float32)
+        inputs = {spec.name: x}
+        layout = {out.name: (np.dtype(np.float32), (batch, *out.shape[1:]))}
+        return cls(onnx_path, batch, inputs, reference_outputs(onnx_path, inputs), layout)
+
+
+def _numpy_workers(inputs: dict[str, np.ndarray], outputs: list[str], concurrency: int) -> list[Any]:
+    workers = []
+    for _ in range(concurrency):
+        items = []
+        for name, array in inputs.items():
+            item = grpcclient.InferInput(name, list(array.shape), "FP32")
+            item.set_data_from_numpy(array)
+            items.append(item)
+        workers.append((items, [grpcclient.InferRequestedOutput(n) for n in outputs]))
+    return workers
+
+
+@contextlib.contextmanager
+def request_workers(
+    client: grpcclient.InferenceServerClient, model: str, transport: str, work: Workload, concurrency: int
+) -> Iterator[tuple[list[Any], Callable[[], dict[str, np.ndarray]]]]:
+    """`concurrency` sets of request tensors (each with its own CUDA-shm regions), and a function that
+    sends the first set once and returns the answer."""
+    with contextlib.ExitStack() as stack:
+        if transport == "cuda-shm":
+            from client.cuda_shm import CudaShmIO
+
+            regions = [
+                stack.enter_context(CudaShmIO(client, model, work.inputs, work.layout))
+                for _ in range(concurrency)
+            ]
+
+            def ask() -> dict[str, np.ndarray]:
+                regions[0].infer()
+                return regions[0].read_outputs()
+
+            yield [(r.infer_inputs, r.requested_outputs) for r in regions], ask
+        else:
+            workers = _numpy_workers(work.inputs, list(work.layout), concurrency)
+
+            def ask() -> dict[str, np.ndarray]:
+                result = client.infer(model, workers[0][0], outputs=workers[0][1])
+                return {name: result.as_numpy(name) for name in work.layout}
+
+            yield workers, ask
+
+
+async def closed_loop(
+    url: str, model: str, workers: list[tuple[list[Any], list[Any]]], warmup_s: float, duration_s: float
+) -> tuple[list[float], float]:
+    """Closed-loop load: one task per worker, each with its own request tensors."""
+    client = grpcaio.InferenceServerClient(url)
+    latencies: list[float] = []
+    measuring = False
+
+    async def worker(inputs: list[Any], outputs: list[Any], stop_at: float) -> None:
+        while time.perf_counter() < stop_at:
+            t0 = time.perf_counter()
+            await client.infer(model, inputs, outputs=outputs)
+            if measuring:
+                latencies.append(time.perf_counter() - t0)
+
+    try:
+        warm_until = time.perf_counter() + warmup_s
+        await asyncio.gather(*(worker(i, o, warm_until) for i, o in workers))
+        measuring = True
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(i, o, started + duration_s) for i, o in workers))
+        return latencies, time.perf_counter() - started
+    finally:
+        await client.close()
+
+
+def load_in_processes(
+    url: str,
+    model: str,
+    transport: str,
+    work: Workload,
+    concurrency: int,
+    processes: int,
+    timing: tuple[float, float],
+) -> tuple[list[float], float]:
+    """Closed-loop load from `processes` child processes that share `concurrency` between them; returns
+    every latency and the summed request rate. The children set up (regions, channels), say so, and
+    start together when told."""
+    processes = max(1, min(concurrency, processes))
+    shares = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-m", "client.load"], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        for _ in shares
+    ]
+    try:
+        for child, share in zip(children, shares, strict=True):
+            assert child.stdin is not None
+            pickle.dump((url, model, transport, work, share, timing), child.stdin)
+            child.stdin.flush()
+        for child in children:
+            assert child.stdout is not None
+            if child.stdout.readline().strip() != b"ready":
+                raise RuntimeError(f"a load process for {model} failed to start (exit {child.wait()})")
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write(b"go\n")
+            child.stdin.close()
+        gathered = [pickle.load(child.stdout) for child in children if child.stdout is not None]
+    finally:
+        for child in children:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=30)
+            if child.poll() is None:
+                child.kill()
+    latencies = [latency for child_latencies, _ in gathered for latency in child_latencies]
+    return latencies, sum(len(lat) / wall for lat, wall in gathered if wall > 0)
+
+
+def main() -> None:
+    """Child side of load_in_processes: read the job, set up, report ready, wait for go, load, report."""
+    url, model, transport, work, concurrency, (warmup_s, duration_s) = pickle.load(sys.stdin.buffer)
+    client = grpcclient.InferenceServerClient(url)
+    with request_workers(client, model, transport, work, concurrency) as (workers, _):
+        sys.stdout.buffer.write(b"ready\n")
+        sys.stdout.buffer.flush()
+        sys.stdin.buffer.readline()
+        result = asyncio.run(closed_loop(url, model, workers, warmup_s, duration_s))
+    pickle.dump(result, sys.stdout.buffer)
+    sys.stdout.buffer.flush()
+
+
+if __name__ == "__main__":
+    main()
