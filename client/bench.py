@@ -339,6 +339,7 @@ def bench_model(model: str, server_url: str, repository: Path, args: argparse.Na
         for placement in ("host", "device"):
             results.append(run(f"{model}_{placement}", f"ours-{placement}", transport, 1))
         results.append(run(model, "ours", "numpy", 1))
+        results += measure_cuda_graphs(model, repository, work, args)
     for concurrency in (1, top):
         results.append(run(f"{model}_naive", "naive", transport, concurrency))
     if not args.skip_pytriton:
@@ -349,6 +350,32 @@ def bench_model(model: str, server_url: str, repository: Path, args: argparse.Na
                         url, model, f"{model}_pytriton", "pytriton", "numpy", concurrency, work, args, False
                     )
                 )
+    return results
+
+
+def measure_cuda_graphs(
+    model: str, repository: Path, work: Workload, args: argparse.Namespace
+) -> list[Measurement]:
+    """The opt-in ORT CUDA graphs (`cuda_graph: true`), on a server of their own: a model that cannot be
+    captured must not take the main measurements down with it."""
+    results = []
+    try:
+        with serving(repository, [f"{model}_graph"]) as server:
+            for concurrency in (1, max(args.concurrency)):
+                results.append(
+                    measure_server(
+                        server.grpc_url,
+                        model,
+                        f"{model}_graph",
+                        "ours-graph",
+                        "cuda-shm",
+                        concurrency,
+                        work,
+                        args,
+                    )
+                )
+    except Exception as error:  # reported, and the rest of the run goes on
+        print(f"{model}: CUDA graphs could not be measured: {str(error)[-2000:]}", file=sys.stderr)
     return results
 
 
@@ -448,6 +475,16 @@ def ratio_table(results: list[Measurement], placements: dict[str, str]) -> str:
                         f"{added:.0f} us vs {budget:.0f} us (floor {floor.p50_us:.0f} us)",
                     )
                 )
+        graph, graph_top = get("ours-graph"), get("ours-graph", top)
+        if graph and ours:
+            rows.append(("ours with CUDA graphs p50 / ours p50 (c=1)", f"{graph.p50_us / ours.p50_us:.2f}x"))
+        if graph_top and ours_top:
+            rows.append(
+                (
+                    f"ours with CUDA graphs / ours throughput (c={top})",
+                    f"{graph_top.requests_per_s / ours_top.requests_per_s:.2f}x",
+                )
+            )
         for other in ("host", "device"):
             forced, null = get(f"ours-{other}"), get(f"null-{other}")
             if forced and null:
@@ -567,32 +604,35 @@ def main() -> None:
     args = parser.parse_args()
 
     report: dict[str, Any] = {"environment": environment(), "command": " ".join(sys.argv)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    placements: dict[str, str] = {}
     if args.sweep:
         results = sweep(args.repository, args.models, args)
-        tables = [results_table(results)]
     elif args.crossover is not None:
         batches = args.crossover or [8, 32, 128, 512]
         results = [m for model in args.models for m in crossover(args.repository, model, batches, args)]
-        tables = [results_table(results), crossover_table(results, args.repository)]
     else:
         results = []
-        placements = {}
         with serving(args.repository, _served_names(args.models)) as server:
             for model in args.models:
                 placements[model] = auto_placement(Workload.build(model, args.repository, BATCH[model]))
                 results += bench_model(model, server.grpc_url, args.repository, args)
                 print(f"\n{results_table([m for m in results if m.model == model])}", file=sys.stderr)
+                args.out.write_text(json.dumps({**report, "results": [asdict(m) for m in results]}, indent=2))
         report["auto_output_placement"] = placements
         report["our_code_per_execute"] = (
             profile_executes(args.repository, args.models, args) if args.profile else {}
         )
-        tables = [results_table(results), ratio_table(results, placements)]
-        for model, profile in report["our_code_per_execute"].items():
-            steps = ", ".join(f"{k} {v:.0f}" for k, v in profile["steps_us_p50"].items())
-            tables.append(f"{model}: our code per execute, p50 us at c=1 (debug server): {steps}")
     report["results"] = [asdict(m) for m in results]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
+    tables = [results_table(results)]
+    if args.crossover is not None:
+        tables.append(crossover_table(results, args.repository))
+    if placements:
+        tables.append(ratio_table(results, placements))
+    for model, profile in report.get("our_code_per_execute", {}).items():
+        steps = ", ".join(f"{k} {v:.0f}" for k, v in profile["steps_us_p50"].items())
+        tables.append(f"{model}: our code per execute, p50 us at c=1 (debug server): {steps}")
     print(json.dumps(report["environment"]))
     print("\n".join(tables))
     print(f"\nresults: {args.out}")

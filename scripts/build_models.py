@@ -65,10 +65,10 @@ class Serving:
 
 
 # The configuration each benchmarked model ships with (instances, queue delay), chosen by the sweep
-# (`client.bench --sweep`; docs/benchmarks.md). Every variant may gather up to BENCH_MAX_BATCH rows, so
-# concurrent requests can join one run.
+# (`client.bench --sweep`; docs/benchmarks.md), and how many rows an execute may gather: the demo's as in
+# model_repository/demo/config.pbtxt, four 1024-row requests for the MLPs.
 SHIPPED = {"demo": (2, 0), "mlp1024": (1, 0), "mlp4096": (2, 0)}
-BENCH_MAX_BATCH = 4096
+MAX_BATCH = {"demo": 1024, "mlp1024": 4096, "mlp4096": 4096}
 SWEEP = [(n, d) for n in (1, 2, 4) for d in (0, 100, 500)]
 
 
@@ -79,6 +79,7 @@ def bench_variants(name: str) -> dict[str, Serving]:
         name: ours,
         f"{name}_device": Serving(ZERO_COPY_MODEL_PY, instances, delay, (("output_placement", "device"),)),
         f"{name}_host": Serving(ZERO_COPY_MODEL_PY, instances, delay, (("output_placement", "host"),)),
+        f"{name}_graph": Serving(ZERO_COPY_MODEL_PY, instances, delay, (("cuda_graph", "true"),)),
         f"{name}_naive": Serving(NAIVE_MODEL_PY, instances, delay),
         f"{name}_null_host": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "host"),)),
         f"{name}_null_device": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "device"),)),
@@ -89,7 +90,7 @@ def bench_variants(name: str) -> dict[str, Serving]:
 
 
 def bench_config(
-    name: str, input_name: str, output_name: str, width: int, out_width: int, serving: Serving
+    name: str, input_name: str, output_name: str, width: int, out_width: int, serving: Serving, max_batch: int
 ) -> str:
     # The naive model reads inputs with as_numpy(), so it keeps the backend's default CPU-only inputs.
     force_cpu = "yes" if serving.model_py == NAIVE_MODEL_PY else "no"
@@ -97,7 +98,7 @@ def bench_config(
     parameter_text = ", ".join(f'{{ key: "{k}", value: {{ string_value: "{v}" }} }}' for k, v in parameters)
     return f"""name: "{name}"
 backend: "python"
-max_batch_size: {BENCH_MAX_BATCH}
+max_batch_size: {max_batch}
 input [ {{ name: "{input_name}", data_type: TYPE_FP32, dims: [ {width} ] }} ]
 output [ {{ name: "{output_name}", data_type: TYPE_FP32, dims: [ {out_width} ] }} ]
 instance_group [ {{ kind: KIND_AUTO, count: {serving.instances} }} ]
@@ -147,7 +148,9 @@ def write_bench_models(
         if served_name != name:  # every variant shares the one ONNX file
             (version / "model.onnx").unlink(missing_ok=True)
             os.link(onnx_path, version / "model.onnx")  # a hard link: the 4096-wide MLP is 268 MB
-        config = bench_config(served_name, input_name, output_name, width, out_width, serving)
+        config = bench_config(
+            served_name, input_name, output_name, width, out_width, serving, MAX_BATCH[name]
+        )
         (out / served_name / "config.pbtxt").write_text(config)
 
 

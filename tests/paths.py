@@ -6,6 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
 from triton_ort.local_server import gpu_present
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,3 +28,23 @@ def demo_onnx() -> Path:
             check=True,
         )
     return path
+
+
+def read_config(model_dir: Path) -> model_config_pb2.ModelConfig:
+    """A model's config.pbtxt, parsed with Triton's own ModelConfig message."""
+    return text_format.Parse((model_dir / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+
+
+def write_config(model_dir: Path, config: model_config_pb2.ModelConfig) -> None:
+    (model_dir / "config.pbtxt").write_text(text_format.MessageToString(config))
+
+
+def pin_one_instance(model_dir: Path) -> None:
+    """Tests that count stubs or read one instance's log in order run a copy with one instance."""
+    config = read_config(model_dir)
+    for group in config.instance_group:
+        group.count = 1
+    write_config(model_dir, config)
+
+
+DEMO_MAX_BATCH = read_config(MODEL_REPOSITORY / "demo").max_batch_size

@@ -22,7 +22,7 @@ from pathlib import Path
 from onnx import TensorProto, helper
 
 from tests import graphs
-from tests.paths import MODEL_REPOSITORY
+from tests.paths import MODEL_REPOSITORY, pin_one_instance
 from tests.repository import _config, _tensor, add_model, build_test_repository
 
 LONG_QUEUE_DELAY_US = 200_000
@@ -156,6 +156,7 @@ def build_reliability_repository(repository: Path) -> Path:
     shutil.copytree(repository / "demo", batched)
     demo_config = (MODEL_REPOSITORY / "demo" / "config.pbtxt").read_text()
     (batched / "config.pbtxt").write_text(_with_long_queue_delay(demo_config, "demo_batched"))
+    pin_one_instance(batched)
     add_model(repository, "ragged_add", graphs.pairwise_add, _ragged_config())
     add_model(
         repository,
@@ -174,9 +175,11 @@ def build_reliability_repository(repository: Path) -> Path:
 
 
 def build_demo_repository(repository: Path) -> Path:
-    """The demo alone, as shipped (for the fault tests, which restart or stop their own server)."""
+    """The demo alone, as shipped but with one instance (for the fault tests, which restart or stop their
+    own server)."""
     from tests.paths import demo_onnx
 
     shutil.copytree(MODEL_REPOSITORY / "demo", repository / "demo")
     shutil.copy(demo_onnx(), repository / "demo" / "1" / "model.onnx")
+    pin_one_instance(repository / "demo")  # one stub to kill, stop or count
     return repository

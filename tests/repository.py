@@ -10,7 +10,7 @@ from pathlib import Path
 from onnx import TensorProto, helper
 
 from tests import graphs
-from tests.paths import DEMO_MODEL_PY, MODEL_REPOSITORY, demo_onnx
+from tests.paths import DEMO_MODEL_PY, MODEL_REPOSITORY, demo_onnx, pin_one_instance
 
 
 def gather_elements(path: Path) -> Path:
@@ -58,6 +58,7 @@ def add_model(repository: Path, name: str, build: Callable[[Path], Path], config
 
 def build_test_repository(repository: Path) -> Path:
     shutil.copytree(MODEL_REPOSITORY / "demo", repository / "demo")
+    pin_one_instance(repository / "demo")
     shutil.copy(demo_onnx(), repository / "demo" / "1" / "model.onnx")
     add_model(
         repository,

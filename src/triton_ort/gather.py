@@ -55,6 +55,12 @@ def _run_gathered(runner: IOBindingRunner, group: Sequence[Tensors]) -> list[Res
 
 def run_requests(runner: IOBindingRunner, requests: Sequence[Tensors], gather: bool) -> list[Result]:
     """Results in request order: a dict of output tensors, or the request's error."""
+    if len(requests) == 1:  # the common case at low load: nothing to group
+        try:
+            runner.validate(requests[0])
+        except InputError as error:
+            return [error]
+        return [run_one(runner, requests[0])]
     results: list[Result | None] = [None] * len(requests)
     groups: dict[object, list[int]] = {}
     for index, tensors in enumerate(requests):

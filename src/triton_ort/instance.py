@@ -57,6 +57,7 @@ class ModelInstance:
             output_placement=OutputPlacement(
                 self.options.output_placement, self.options.host_output_max_bytes
             ),
+            cuda_graph=self.options.cuda_graph,
         )
         check_config(model_config, self.runner.inputs, self.runner.outputs)
         self.output_names = [str(entry["name"]) for entry in model_config.get("output", [])]
@@ -112,7 +113,8 @@ class ModelInstance:
         has copied them by then; other callers copy what they keep."""
         started = time.perf_counter()
         self.runner.begin_execute()  # the previous execute's outputs have left through Triton
-        before = self.runner.stats.snapshot()
+        debug = LOGGER.isEnabledFor(logging.DEBUG)
+        before = self.runner.stats.snapshot() if debug else None
         stream_context = torch.cuda.stream(self._stream) if self._stream else contextlib.nullcontext()
         with stream_context:
             results = run_requests(self.runner, requests, self.options.gather_requests)
@@ -121,7 +123,7 @@ class ModelInstance:
         if self._stream is not None:
             self._stream.synchronize()  # the one wait of this execute: kernels and host copies
         finished = time.perf_counter()
-        if LOGGER.isEnabledFor(logging.DEBUG):
+        if before is not None:
             self.last_execute = ExecuteStats.between(
                 before,
                 self.runner.stats,

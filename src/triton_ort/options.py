@@ -19,9 +19,10 @@ GRAPH_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 ARENA_EXTEND_STRATEGIES = ("kNextPowerOfTwo", "kSameAsRequested")
 CUDNN_CONV_ALGO_SEARCHES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
 OUTPUT_PLACEMENTS = ("auto", "device", "host")
-# Below this many output bytes per ORT run, handing outputs back from host memory is faster than from the
-# device through the python backend; measured on an H200 with Triton 2.51 (docs/benchmarks.md).
-DEFAULT_HOST_OUTPUT_MAX_BYTES = 262144
+# Up to this many output bytes per ORT run, handing outputs back from pinned host memory is faster than
+# from the device through the python backend. Measured on an H200 with Triton 2.51 (docs/benchmarks.md,
+# `client.bench --crossover`): host faster at 64 KiB, device faster from 256 KiB on.
+DEFAULT_HOST_OUTPUT_MAX_BYTES = 131072
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class ModelOptions:
     most host_output_max_bytes (a GPU hand-back costs a fixed ~0.45 ms that small outputs do not repay)."""
     host_output_max_bytes: int = DEFAULT_HOST_OUTPUT_MAX_BYTES
     """The 'auto' crossover, in bytes of output per ORT run."""
+    cuda_graph: bool = False
+    """GPU instances: capture the model as ORT CUDA graphs (one per input shape, at most 32) and replay
+    them, which saves kernel-launch time; inputs and outputs are copied through fixed buffers."""
     warmup: bool = True
     """Run the model once at load (zeros, variable axes 1), so the first request does not pay for
     cuBLAS/cuDNN initialisation (about 100 ms on a GPU)."""
@@ -94,6 +98,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "pinned_staging": _parse_bool,
     "output_placement": _one_of(OUTPUT_PLACEMENTS),
     "host_output_max_bytes": _parse_count,
+    "cuda_graph": _parse_bool,
     "warmup": _parse_bool,
     "gpu_mem_limit": _parse_count,
     "arena_extend_strategy": _one_of(ARENA_EXTEND_STRATEGIES),

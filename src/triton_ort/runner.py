@@ -30,7 +30,8 @@ import onnxruntime as ort
 import torch
 import torch.utils.dlpack
 
-from .errors import InputError
+from .errors import ConfigError, InputError
+from .options import DEFAULT_HOST_OUTPUT_MAX_BYTES
 from .session import Placement, session_placement
 from .signature import Dim, TensorSpec, read_specs
 from .stats import RunnerStats
@@ -42,7 +43,7 @@ class OutputPlacement:
     at most host_max_bytes). A CPU session's outputs are on the host anyway."""
 
     mode: str = "auto"
-    host_max_bytes: int = 262144
+    host_max_bytes: int = DEFAULT_HOST_OUTPUT_MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class IOBindingRunner:
         placement: Placement,
         pinned_staging: bool = True,
         output_placement: OutputPlacement | None = None,
+        cuda_graph: bool = False,
     ) -> None:
         self.session = session
         self.pinned_staging = pinned_staging
@@ -107,15 +109,27 @@ class IOBindingRunner:
         # (is input, name) -> (pointer, shape) last bound
         self._bound: dict[tuple[bool, str], tuple[int, tuple[int, ...]]] = {}
         self._scratch: dict[str, torch.Tensor] = {}  # device buffers of host-placed runs, by output
+        self._scratch_views: dict[str, torch.Tensor] = {}  # the last view of each, reused for its shape
         # Pinned host buffers for host-placed outputs, by output, and how much of each this execute used;
         # None until begin_execute() says when earlier outputs are consumed (until then: new each run).
         self._host_buffers: dict[str, torch.Tensor] = {}
         self._host_used: dict[str, int] | None = None
+        self._host_first_views: dict[str, torch.Tensor] = {}  # the slice at offset 0, reused for its shape
+        self._valid_signatures: set[tuple[tuple[str, torch.dtype, tuple[int, ...]], ...]] = set()
         self.stats = RunnerStats()
         # A failed run can leave ORT's CUDA arena holding what it grabbed for it (a request that asked for
         # more than the GPU has once left 140 GB reserved). The next run then shrinks the arena back.
         self.arena_needs_shrink = False
         self._run_options, self._shrink_options = self._make_run_options()
+        self._graphs: _CudaGraphs | None = None
+        if cuda_graph and self.placement.is_cuda:
+            if any(plan is None for plan in self._output_plans.values()):
+                raise ConfigError(
+                    "cuda_graph needs every output's shape to follow from the inputs' shapes; this model "
+                    "has outputs of data-dependent size. Set cuda_graph: false."
+                )
+            self._graphs = _CudaGraphs(self.device)
+            self._shrink_options = None  # a captured graph keeps its memory; nothing to shrink
         # An empty tensor's data_ptr may be 0, which ORT rejects; bind this instead (never read: 0 elements).
         self._placeholder = torch.empty(8, dtype=torch.uint8, device=self.device)
 
@@ -133,6 +147,15 @@ class IOBindingRunner:
 
     def validate(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Raise InputError naming the input, what was expected and what came."""
+        # Requests repeat a few signatures (names, dtypes, shapes); each is checked in full once.
+        signature = tuple((name, tensor.dtype, tuple(tensor.shape)) for name, tensor in tensors.items())
+        if signature in self._valid_signatures:
+            return
+        self._check(tensors)
+        if len(self._valid_signatures) < 1024:
+            self._valid_signatures.add(signature)
+
+    def _check(self, tensors: Mapping[str, torch.Tensor]) -> None:
         expected = {spec.name for spec in self.inputs}
         unknown = sorted(tensors.keys() - expected)
         missing = sorted(expected - tensors.keys())
@@ -183,6 +206,10 @@ class IOBindingRunner:
         started = time.perf_counter()
         # Keep the bound tensors referenced until run() returns: ORT holds only their pointers.
         bound = {name: self.to_device(tensor) for name, tensor in tensors.items()}
+        run_options = self._run_options
+        if self._graphs is not None:  # a captured graph replays on the addresses it was captured with
+            run_options = self._graphs.options_for(bound)
+            bound = {name: self._graphs.stage(name, tensor) for name, tensor in bound.items()}
         for spec in self.inputs:
             self._bind(spec, bound[spec.name], is_input=True)
         shapes = {spec.name: self._output_shape(spec.name, bound) for spec in self.outputs}
@@ -194,16 +221,19 @@ class IOBindingRunner:
                 self._bound.pop((False, spec.name), None)
                 self._binding.bind_output(spec.name, self.placement.device_type, self.placement.device_id)
                 continue
-            tensor = self._scratch_output(spec, shape) if to_host else self._new_output(spec, shape)
+            if self._graphs is not None:
+                tensor = self._graphs.buffer(("output", spec.name), shape, spec.element_type.torch_dtype)
+            elif to_host:
+                tensor = self._scratch_output(spec, shape)
+            else:
+                tensor = self._new_output(spec, shape)
             preallocated[spec.name] = tensor
             self._bind(spec, tensor, is_input=False)
         ran = time.perf_counter()
         self.stats.bind_seconds += ran - started
         shrink = self.arena_needs_shrink and self._shrink_options is not None
         try:
-            self.session.run_with_iobinding(
-                self._binding, self._shrink_options if shrink else self._run_options
-            )
+            self.session.run_with_iobinding(self._binding, self._shrink_options if shrink else run_options)
         except Exception:
             self.arena_needs_shrink = self._shrink_options is not None
             self._bound.clear()  # do not trust what a failed run left bound
@@ -220,6 +250,8 @@ class IOBindingRunner:
                 for spec, value in zip(self.outputs, produced, strict=True)
             }
         if not to_host:
+            if self._graphs is not None:  # the graph's buffers are written again by its next replay
+                return {name: tensor.clone() for name, tensor in outputs.items()}
             return outputs
         host = {name: self._to_pinned_host(name, tensor) for name, tensor in outputs.items()}
         self.stats.host_output_runs += 1
@@ -247,6 +279,9 @@ class IOBindingRunner:
     def _scratch_output(self, spec: TensorSpec, shape: tuple[int, ...]) -> torch.Tensor:
         """A view of this runner's own device buffer for that output, grown when a larger one is needed:
         it only lives until the host copy, so it can be reused by the next run (same pointer, no rebind)."""
+        cached = self._scratch_views.get(spec.name)
+        if cached is not None and cached.shape == shape:
+            return cached  # the same view object: no tensor op on the way
         numel = 1
         for dim in shape:
             numel *= dim
@@ -254,7 +289,9 @@ class IOBindingRunner:
         if buffer is None or buffer.numel() < numel:
             buffer = torch.empty(max(numel, 1), dtype=spec.element_type.torch_dtype, device=self.device)
             self._scratch[spec.name] = buffer
-        return buffer[:numel].view(shape)
+        view = buffer[:numel].view(shape)
+        self._scratch_views[spec.name] = view
+        return view
 
     def begin_execute(self) -> None:
         """Declare that the outputs handed out so far have been consumed, so their host memory may be
@@ -273,11 +310,23 @@ class IOBindingRunner:
             # Several runs of one execute take consecutive slices; a buffer too small is replaced by one
             # twice the size (slices already handed out keep the old one alive).
             used = self._host_used.get(name, 0)
-            buffer = self._host_buffers.get(name)
-            if buffer is None or buffer.dtype != tensor.dtype or buffer.numel() < used + numel:
-                buffer = torch.empty(max(2 * (used + numel), 1), dtype=tensor.dtype, pin_memory=True)
-                self._host_buffers[name], used = buffer, 0
-            host = buffer[used : used + numel].view(tensor.shape)
+            cached = self._host_first_views.get(name)
+            if (
+                used == 0
+                and cached is not None
+                and cached.shape == tensor.shape
+                and cached.dtype == tensor.dtype
+            ):
+                host = cached  # the usual case, one run per execute: no tensor op but the copy
+            else:
+                buffer = self._host_buffers.get(name)
+                if buffer is None or buffer.dtype != tensor.dtype or buffer.numel() < used + numel:
+                    buffer = torch.empty(max(2 * (used + numel), 1), dtype=tensor.dtype, pin_memory=True)
+                    self._host_buffers[name], used = buffer, 0
+                    self._host_first_views.pop(name, None)
+                host = buffer[used : used + numel].view(tensor.shape)
+                if used == 0:
+                    self._host_first_views[name] = host
             self._host_used[name] = used + numel
         host.copy_(tensor, non_blocking=True)
         self.stats.device_to_host_copies += 1
@@ -324,6 +373,48 @@ class IOBindingRunner:
             dim if isinstance(dim, int) else int(bound[dim.input_name].shape[dim.axis])  # type: ignore[union-attr]
             for dim in plan
         )
+
+
+class _CudaGraphs:
+    """ORT CUDA graphs (opt-in `cuda_graph`): one graph per input-shape signature, captured by ORT on
+    the first runs of that signature (run option gpu_graph_id, ORT >= 1.18) and replayed after. A replay
+    reads and writes the addresses it was captured with, so inputs are copied into fixed buffers and
+    outputs come from fixed buffers, one set per shape, never moved or freed."""
+
+    MAX_GRAPHS = 32  # signatures past this run without a graph (gpu_graph_id -1)
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._buffers: dict[tuple[tuple[str, str], tuple[int, ...]], torch.Tensor] = {}
+        self._ids: dict[tuple[tuple[str, tuple[int, ...]], ...], ort.RunOptions] = {}
+        self._uncaptured = self._options(-1)
+
+    @staticmethod
+    def _options(graph_id: int) -> ort.RunOptions:
+        options = ort.RunOptions()
+        options.add_run_config_entry("gpu_graph_id", str(graph_id))
+        options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+        return options
+
+    def options_for(self, bound: Mapping[str, torch.Tensor]) -> ort.RunOptions:
+        key = tuple(sorted((name, tuple(t.shape)) for name, t in bound.items()))
+        options = self._ids.get(key)
+        if options is None:
+            if len(self._ids) >= self.MAX_GRAPHS:
+                return self._uncaptured
+            options = self._ids[key] = self._options(len(self._ids) + 1)  # ORT reserves 0
+        return options
+
+    def buffer(self, key: tuple[str, str], shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        tensor = self._buffers.get((key, shape))
+        if tensor is None:
+            tensor = self._buffers[(key, shape)] = torch.empty(shape, dtype=dtype, device=self.device)
+        return tensor
+
+    def stage(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        fixed = self.buffer(("input", name), tuple(tensor.shape), tensor.dtype)
+        fixed.copy_(tensor, non_blocking=True)
+        return fixed
 
 
 def _ortvalue_to_torch(value: Any) -> torch.Tensor:

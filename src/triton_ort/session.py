@@ -71,6 +71,8 @@ def cuda_provider_options(options: ModelOptions, placement: Placement) -> dict[s
         provider_options["user_compute_stream"] = str(placement.cuda_stream)
     if options.gpu_mem_limit:
         provider_options["gpu_mem_limit"] = str(options.gpu_mem_limit)
+    if options.cuda_graph:
+        provider_options["enable_cuda_graph"] = "1"
     return provider_options
 
 

@@ -138,6 +138,45 @@ def test_output_placement_costs_one_device_to_host_copy_exactly_when_outputs_go_
     np.testing.assert_allclose(out.cpu().numpy(), want, **TF32)
 
 
+def test_host_outputs_of_several_runs_in_one_execute_stay_intact_until_the_next_execute() -> None:
+    stream = torch.cuda.Stream()
+    where = Placement("cuda", 0, stream.cuda_stream)
+    session = create_session(demo_onnx(), ModelOptions(), where)
+    runner = IOBindingRunner(session, where, output_placement=OutputPlacement("host"))
+    xs = [torch.randn(rows, 2010, device="cuda") for rows in (3, 5, 40)]  # the third outgrows the buffer
+    wants = [cpu_reference(demo_onnx(), {"np_script_embeddings": x})["np_logits"] for x in xs]
+    for _ in range(2):  # the second execute reuses the pinned buffer the first one grew
+        runner.begin_execute()
+        with torch.cuda.stream(stream):
+            outs = [runner.run({"np_script_embeddings": x})["np_logits"] for x in xs]
+        stream.synchronize()
+        for out, want in zip(outs, wants, strict=True):
+            np.testing.assert_allclose(out.numpy(), want, **TF32)
+
+
+@pytest.mark.parametrize("placement", ["device", "host"])
+def test_cuda_graphs_replay_right_answers_for_each_shape(placement: str) -> None:
+    stream = torch.cuda.Stream()
+    options = ModelOptions(cuda_graph=True)
+    where = Placement("cuda", 0, stream.cuda_stream)
+    runner = IOBindingRunner(
+        create_session(demo_onnx(), options, where),
+        where,
+        output_placement=OutputPlacement(placement),
+        cuda_graph=True,
+    )
+    xs = {rows: torch.randn(rows, 2010, device="cuda") for rows in (4, 100)}
+    for _ in range(4):  # captures, then replays
+        for rows, x in xs.items():
+            runner.begin_execute()
+            fresh = x + torch.randn_like(x)  # new values at a new address each time
+            with torch.cuda.stream(stream):
+                out = runner.run({"np_script_embeddings": fresh})["np_logits"]
+            stream.synchronize()
+            want = cpu_reference(demo_onnx(), {"np_script_embeddings": fresh})["np_logits"]
+            np.testing.assert_allclose(out.cpu().numpy(), want, **TF32, err_msg=f"{rows} rows")
+
+
 def _with_placement(repository: Path, name: str, placement: str) -> None:
     """A copy of the demo named `name`, with parameter output_placement set."""
     shutil.copytree(repository / "demo", repository / name)

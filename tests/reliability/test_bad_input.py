@@ -20,7 +20,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from client.triton_client import reference_outputs
-from tests.paths import SERVER_TOLERANCE, demo_onnx
+from tests.paths import DEMO_MAX_BATCH, SERVER_TOLERANCE, demo_onnx
 from tests.reliability.support import (
     CLIENT_ERROR,
     DEMO_INPUT,
@@ -141,8 +141,8 @@ def _tritonclient_cases() -> list[BadCase]:
         case(
             "batch_above_max_batch_size",
             "demo",
-            [(DEMO_INPUT, np.zeros((257, 2010), np.float32))],
-            ("inference request batch-size must be <= 256 for 'demo'",),
+            [(DEMO_INPUT, np.zeros((DEMO_MAX_BATCH + 1, 2010), np.float32))],
+            (f"inference request batch-size must be <= {DEMO_MAX_BATCH} for 'demo'",),
         )
         case(
             "bytes_for_numeric_input",
@@ -204,7 +204,7 @@ def _raw_cases() -> list[BadCase]:
             "json-rank_1_read_as_batch",
             _json("demo", _json_demo([2010], [0.0] * 2010)),
             client_error,
-            ("inference request batch-size must be <= 256 for 'demo'",),
+            (f"inference request batch-size must be <= {DEMO_MAX_BATCH} for 'demo'",),
         ),
         BadCase(
             "json-duplicate_input",
@@ -317,7 +317,7 @@ def test_zero_row_batch_gets_an_answer_or_an_error_and_nothing_breaks(
 ) -> None:
     """A [0, 2010] request. The library answers it with a [0, 2] output (tests/unit), but Triton 23.12's
     python backend never hands it over: it reads the inner axis as the batch size and refuses it with
-    "batch size 2010 ... max allowed is 256" (gRPC INTERNAL). Either outcome keeps the server up."""
+    "batch size 2010 ... max allowed is <max_batch_size>" (gRPC INTERNAL). Either keeps the server up."""
     url = server.http_url if protocol == "http" else server.grpc_url
     answer = tritonclient_infer(protocol, url, "demo", [(DEMO_INPUT, np.zeros((0, 2010), np.float32))])
     if answer.ok:
@@ -473,7 +473,9 @@ def test_malformed_requests_do_not_disturb_the_batch_they_arrive_with(server: Lo
         assert_demo_answer(answer, x)
     for answer in answers[3 : 3 + len(bad)]:
         assert answer.status in {"400", "StatusCode.INVALID_ARGUMENT"}, answer
-        assert DEMO_INPUT in answer.message or "batch-size must be <= 256" in answer.message, answer
+        assert DEMO_INPUT in answer.message or f"batch-size must be <= {DEMO_MAX_BATCH}" in answer.message, (
+            answer
+        )
 
 
 @pytest.mark.parametrize(

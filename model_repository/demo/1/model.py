@@ -73,14 +73,11 @@ def _response(result: dict[str, torch.Tensor] | Exception) -> pb_utils.Inference
         return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(result), code))
     # ModelInstance.infer has synchronised its stream, so raw capsules are safe to hand over unsynchronised
     # (a capsule skips the backend's own stream synchronisation, which an object with __dlpack__ would do).
-    return pb_utils.InferenceResponse(output_tensors=[_output(name, t) for name, t in result.items()])
-
-
-def _output(name: str, tensor: torch.Tensor) -> pb_utils.Tensor:
-    if tensor.device.type == "cpu" and tensor.dtype != torch.bfloat16:  # numpy has no bfloat16
-        # Host data as a numpy view, the backend's own path for host outputs (no copy here either).
-        return pb_utils.Tensor(name, tensor.numpy())
-    return pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(tensor))
+    outputs = [
+        pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(tensor))
+        for name, tensor in result.items()
+    ]
+    return pb_utils.InferenceResponse(output_tensors=outputs)
 
 
 class TritonPythonModel:
