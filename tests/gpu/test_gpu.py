@@ -22,7 +22,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from tests import graphs
-from tests.paths import demo_onnx
+from tests.paths import demo_onnx, read_config, write_config
 from tests.repository import build_test_repository
 from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
 from triton_ort.copy_counter import cupti_counts_from_log
@@ -180,9 +180,10 @@ def test_cuda_graphs_replay_right_answers_for_each_shape(placement: str) -> None
 def _with_placement(repository: Path, name: str, placement: str) -> None:
     """A copy of the demo named `name`, with parameter output_placement set."""
     shutil.copytree(repository / "demo", repository / name)
-    config = (repository / name / "config.pbtxt").read_text().replace('name: "demo"', f'name: "{name}"')
-    parameter = f'{{ key: "output_placement", value: {{ string_value: "{placement}" }} }},\n  '
-    (repository / name / "config.pbtxt").write_text(config.replace("{ key: ", parameter + "{ key: ", 1))
+    config = read_config(repository / name)
+    config.name = name
+    config.parameters["output_placement"].string_value = placement
+    write_config(repository / name, config)
 
 
 def _wait_for(read: Callable[[], list[T]], count: int, timeout_s: float = 20.0) -> list[T]:

@@ -463,7 +463,7 @@ def test_malformed_requests_do_not_disturb_the_batch_they_arrive_with(server: Lo
     bad = [
         [(DEMO_INPUT, xs[0].astype(np.float64))],
         [(DEMO_INPUT, np.zeros((2, 2011), np.float32))],
-        [(DEMO_INPUT, np.zeros((257, 2010), np.float32))],
+        [(DEMO_INPUT, np.zeros((DEMO_MAX_BATCH + 1, 2010), np.float32))],
         [(DEMO_INPUT, np.full((1, 2010), b"1", dtype=np.object_), "BYTES")],
     ]
     requests = [[(DEMO_INPUT, x)] for x in xs[:3]] + bad + [[(DEMO_INPUT, x)] for x in xs[3:]]
