@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from elfinfo import read_elf
+from ort_loading import describe, entrypoint_environment, probe
 
 GPU_DIST = "onnxruntime-gpu"
 PROVIDER = "libonnxruntime_providers_cuda.so"
@@ -202,6 +203,34 @@ def check_binding(report: Report, provider: Path) -> None:
         )
 
 
+def check_loaded_libraries(report: Report, entrypoint: Path, model_repository: Path) -> dict[str, str]:
+    """Finding 1: in the environment the entrypoint starts tritonserver with (the stub inherits it),
+    `import onnxruntime` and a CUDA-EP session attempt load no libonnxruntime* file outside
+    onnxruntime/capi. Returns that environment."""
+    try:
+        env = entrypoint_environment(entrypoint, os.environ, model_repository)
+    except RuntimeError as error:
+        report.fail(str(error))
+        return dict(os.environ)
+    library_path = env.get("LD_LIBRARY_PATH", "")
+    print(f"        entrypoint's LD_LIBRARY_PATH={library_path}")
+    result = probe(env)
+    if result.foreign:
+        report.fail(
+            f"onnxruntime loads another build's libraries: {result.foreign}. Triton's ORT backend folder "
+            f"(or another folder holding libonnxruntime*) is on LD_LIBRARY_PATH={library_path}. "
+            f"{describe(result)}"
+        )
+    elif result.capi is None and not result.opened:
+        report.fail(f"the onnxruntime probe did not run: {result.output}")
+    else:
+        report.ok(
+            "after import onnxruntime and a CUDA-EP session attempt, every libonnxruntime* file loaded "
+            f"is in {result.capi} ({describe(result)})"
+        )
+    return env
+
+
 def check_numpy(report: Report) -> None:
     import numpy
 
@@ -217,11 +246,16 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--requirements", type=Path, required=True, help="docker/requirements-gpu.txt")
+    parser.add_argument("--entrypoint", type=Path, required=True, help="/opt/triton-ort/entrypoint.sh")
+    parser.add_argument("--model-repository", type=Path, default=Path("/models"))
     args = parser.parse_args()
     report = Report()
     print("image self-check: ONNX Runtime CUDA EP loadability")
     gpu_dir = check_distributions(report, args.requirements)
     provider = check_import(report, gpu_dir) if gpu_dir else None
+    env = check_loaded_libraries(report, args.entrypoint, args.model_repository)
+    # The library checks below look at the process tritonserver starts, not at `docker build`'s.
+    os.environ["LD_LIBRARY_PATH"] = env.get("LD_LIBRARY_PATH", "")
     if provider:
         check_ldd(report, provider)
         check_binding(report, provider)
