@@ -27,12 +27,16 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 # The child: import onnxruntime, try a CUDA-EP session on a one-node model, print what is mapped.
 PROBE = r"""
 import json, sys
 import onnxruntime as ort
 from onnx import TensorProto, helper
+
+# Said at once: the session attempt below may crash a driverless process inside the provider's start-up.
+print(json.dumps({"module": ort.__file__, "version": ort.__version__}), flush=True)
 
 graph = helper.make_graph(
     [helper.make_node("Identity", ["x"], ["y"])], "probe",
@@ -53,8 +57,7 @@ except Exception as exc:  # no GPU: the CUDA EP fails to load, which is expected
 with open("/proc/self/maps") as maps:
     mapped = sorted({line.split(None, 5)[5].strip() for line in maps if "libonnxruntime" in line
                      and len(line.split(None, 5)) == 6})
-print(json.dumps({"module": ort.__file__, "version": ort.__version__, "providers": providers,
-                  "error": error, "mapped": mapped}))
+print(json.dumps({"providers": providers, "error": error, "mapped": mapped}))
 """
 
 _LOADER_PATH = re.compile(r"(/[^\s\[\]]*/libonnxruntime[^\s/\[\]]*)")
@@ -110,13 +113,15 @@ def probe(env: Mapping[str, str], python: str = sys.executable, timeout_s: float
         ld_debug = "".join(p.read_text(errors="replace") for p in Path(scratch).glob("ld*"))
     outcome = ProbeResult(result.returncode, output=(result.stdout + result.stderr)[-4000:])
     outcome.opened = loader_opened(ld_debug)
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    if lines:
-        report = json.loads(lines[-1])
+    report: dict[str, Any] = {}
+    for line in result.stdout.splitlines():
+        if line.startswith("{"):
+            report.update(json.loads(line))
+    if "module" in report:
         outcome.capi = Path(os.path.realpath(report["module"])).parent / "capi"
         outcome.version = report["version"]
-        outcome.providers = report["providers"]
-        outcome.mapped = report["mapped"]
+    outcome.providers = report.get("providers", [])
+    outcome.mapped = report.get("mapped", [])
     return outcome
 
 

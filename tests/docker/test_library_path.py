@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -162,3 +163,26 @@ def test_library_path_drops_onnxruntime_folders_empty_entries_and_repeats(tmp_pa
     value = f"/opt/tritonserver/backends/onnxruntime::{ort_folder}:/usr/lib:/opt/b c:/usr/lib:/opt/t/lib:"
     assert _library_path(value, tmp_path) == "/usr/lib:/opt/b c:/opt/t/lib"
     assert _library_path("", tmp_path) == ""
+
+
+def test_a_provider_that_crashes_the_process_while_loading_is_still_seen(
+    image_ort: Path, tmp_path: Path
+) -> None:
+    """During `docker build` (no driver) a CUDA provider's start-up code can kill the probe: the loader's
+    log still names the file, so a foreign one cannot hide behind the crash."""
+    compiler = shutil.which("cc")
+    if compiler is None:
+        pytest.skip("needs a C compiler")
+    source = tmp_path / "crash.c"
+    source.write_text(
+        "#include <stdlib.h>\n__attribute__((constructor)) static void crash(void) { abort(); }\n"
+    )
+    crashing = tmp_path / "lib"
+    crashing.mkdir()
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", "-o", str(crashing / PROVIDERS[1]), str(source)], check=True
+    )
+    result = probe(_environment(image_ort, str(crashing)))
+    assert result.returncode < 0, describe_failure(result)  # killed by SIGABRT
+    assert result.capi == (image_ort / "onnxruntime" / "capi").resolve()
+    assert result.foreign == [str(crashing.resolve() / PROVIDERS[1])], describe_failure(result)
