@@ -15,7 +15,7 @@ BENCH_NAME ?= $(if $(HAS_GPU),gpu,cpu)
 
 # USE_HOST_PYTHON=1: no venv, no package index. The first python3 on PATH (HOST_PYTHON) is used as it is,
 # with its preinstalled torch, ONNX Runtime and nvidia-pytriton (e.g. the GPU test host); the project is
-# installed into it (--no-deps --no-index) only if it cannot import triton_ort yet.
+# installed into it (--no-deps --no-index, editable) only if it cannot import this checkout's triton_ort.
 USE_HOST_PYTHON ?=
 HOST_PYTHON ?= python3
 ifneq ($(USE_HOST_PYTHON),)
@@ -60,7 +60,9 @@ $(VENV)/.installed-%: requirements-dev.txt requirements-%.txt pyproject.toml
 .PHONY: host-python
 host-python:
 	@test -n "$(PYTHON)" || { echo "make: USE_HOST_PYTHON: no $(HOST_PYTHON) on PATH. Fix: HOST_PYTHON=/path/to/python3" >&2; exit 1; }
-	@$(PYTHON) -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('triton_ort') is None)" \
+	@# (re)install only if triton_ort is missing or imports from another checkout (the stub would serve that)
+	@$(PYTHON) -c "import importlib.util as u, pathlib, sys; s = u.find_spec('triton_ort'); \
+	  sys.exit(s is None or pathlib.Path(s.origin).resolve().parent != pathlib.Path('$(CURDIR)/src/triton_ort'))" \
 	  || $(PYTHON) -m pip install -q --no-deps --no-index --no-build-isolation -e .
 	@$(PYTHON) -m triton_ort.stack --expect $(STACK)
 
