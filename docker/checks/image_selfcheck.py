@@ -202,7 +202,7 @@ def check_cuda_runtime(report: Report, provider: Path, stub: Path) -> str | None
     if not stub.is_file():
         report.fail(f"{stub} is missing: is this a tritonserver image with the python backend?")
         return None
-    needed = [n for n in read_elf(stub).needed if n.startswith("libcudart.so")]
+    needed = [n for n in read_elf(stub).needed if n.startswith("libcudart")]
     if not needed:
         report.fail(f"{stub.name} does not link libcudart: the runtime below is not fixed by the stub")
         return None
