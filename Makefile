@@ -2,14 +2,31 @@
 SHELL := /bin/bash
 PYTHON_BOOTSTRAP ?= python3
 VENV := .venv
-PYTHON := $(VENV)/bin/python
-VENV_STAMP := $(VENV)/.installed
 MODEL_REPOSITORY ?= model_repository
 DEMO_ONNX := model_repository/demo/1/model.onnx
+# An NVIDIA GPU on this host: KIND_AUTO instances then run on it, so the venv gets the CUDA stack.
+HAS_GPU := $(or $(wildcard /dev/nvidia0),$(shell command -v nvidia-smi 2>/dev/null))
+# The ONNX Runtime stack: requirements-cuda.txt (onnxruntime-gpu + torch for the same CUDA) on GPU hosts,
+# requirements-cpu.txt elsewhere. STACK=cpu or STACK=cuda overrides the detection.
+STACK ?= $(if $(HAS_GPU),cuda,cpu)
 # The benchmark's models: the 4096-wide MLP is compute-bound on a GPU; on a CPU the 1024-wide one is mid-size.
-HAS_GPU := $(wildcard /dev/nvidia0)
 BENCH_MODELS ?= $(if $(HAS_GPU),demo mlp4096,demo mlp1024)
 BENCH_NAME ?= $(if $(HAS_GPU),gpu,cpu)
+
+# USE_HOST_PYTHON=1: no venv, no package index. The first python3 on PATH (HOST_PYTHON) is used as it is,
+# with its preinstalled torch, ONNX Runtime and nvidia-pytriton (e.g. the GPU test host); the project is
+# installed into it (--no-deps --no-index, editable) only if it cannot import this checkout's triton_ort.
+USE_HOST_PYTHON ?=
+HOST_PYTHON ?= python3
+ifneq ($(USE_HOST_PYTHON),)
+PYTHON := $(shell command -v $(HOST_PYTHON))
+VENV_STAMP := host-python
+ENV_READY := host-python
+else
+PYTHON := $(VENV)/bin/python
+VENV_STAMP := $(VENV)/.installed-$(STACK)
+ENV_READY := $(VENV_STAMP)
+endif
 
 .DEFAULT_GOAL := help
 
@@ -17,17 +34,46 @@ BENCH_NAME ?= $(if $(HAS_GPU),gpu,cpu)
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-18s %s\n", $$1, $$2}'
 
-$(VENV_STAMP): requirements-dev.txt pyproject.toml
+# The dev venv runs tritonserver 2.41 from nvidia-pytriton 0.5.0, whose stubs cover Python 3.8-3.11.
+define CHECK_BOOTSTRAP
+import sys
+if not (3, 10) <= sys.version_info[:2] <= (3, 11):
+    sys.exit("make: Python %d.%d cannot build the dev venv: nvidia-pytriton 0.5.0 (tritonserver 2.41 = Triton "
+             "23.12) has python-backend stubs for 3.8-3.11 only and its pyzmq~=23 has no cp312 wheel. Fix: "
+             "PYTHON_BOOTSTRAP=python3.11 make ..., or USE_HOST_PYTHON=1 make ... with a Python that has the "
+             "stack preinstalled" % sys.version_info[:2])
+endef
+export CHECK_BOOTSTRAP
+
+$(VENV)/.installed-%: requirements-dev.txt requirements-%.txt pyproject.toml
+	@$(PYTHON_BOOTSTRAP) -c "$$CHECK_BOOTSTRAP"
 	$(PYTHON_BOOTSTRAP) -m venv $(VENV)
-	$(PYTHON) -m pip install -q --upgrade pip
-	$(PYTHON) -m pip install -q -r requirements-dev.txt
-	$(PYTHON) -m pip install -q --no-deps -e .
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	rm -f $(VENV)/.installed-*
+	@# never onnxruntime and onnxruntime-gpu together: drop the one a previous stack installed
+	$(VENV)/bin/python -m pip uninstall -q -y $(if $(filter cuda,$*),onnxruntime,onnxruntime-gpu) 2>/dev/null || true
+	$(VENV)/bin/python -m pip install -q -r requirements-dev.txt -r requirements-$*.txt
+	$(VENV)/bin/python -m pip install -q --no-deps -e .
+	$(VENV)/bin/python -m triton_ort.stack --expect $*
 	touch $@
 
-.PHONY: venv
-venv: $(VENV_STAMP) ## create the virtual environment (.venv) with pinned packages
+.PHONY: host-python
+host-python:
+	@test -n "$(PYTHON)" || { echo "make: USE_HOST_PYTHON: no $(HOST_PYTHON) on PATH. Fix: HOST_PYTHON=/path/to/python3" >&2; exit 1; }
+	@# (re)install only if triton_ort is missing or imports from another checkout (the stub would serve that)
+	@$(PYTHON) -c "import importlib.util as u, pathlib, sys; s = u.find_spec('triton_ort'); \
+	  sys.exit(s is None or pathlib.Path(s.origin).resolve().parent != pathlib.Path('$(CURDIR)/src/triton_ort'))" \
+	  || $(PYTHON) -m pip install -q --no-deps --no-index --no-build-isolation -e .
+	@$(PYTHON) -m triton_ort.stack --expect $(STACK)
 
-$(DEMO_ONNX): scripts/build_models.py $(VENV_STAMP)
+.PHONY: venv
+venv: $(ENV_READY) ## create the virtual environment (.venv): CPU stack, or the CUDA stack on GPU hosts
+
+.PHONY: gpu-stack-check
+gpu-stack-check: $(ENV_READY) ## show that requirements-cuda.txt resolves for CPython 3.10, 3.11, 3.12 (pip --dry-run, PyPI)
+	$(PYTHON) scripts/resolve_stack.py requirements-cuda.txt --with numpy==1.26.4
+
+$(DEMO_ONNX): scripts/build_models.py $(if $(USE_HOST_PYTHON),,$(VENV_STAMP)) | $(ENV_READY)
 	$(PYTHON) scripts/build_models.py --out model_repository --models demo
 
 .PHONY: models

@@ -1,8 +1,11 @@
 # syntax=docker/dockerfile:1
 # The smoke client: one HTTP and one gRPC request, checked against in-process ONNX Runtime (CPU);
-# exits non-zero on a wrong answer. Build from the repository root:
+# exits non-zero on a wrong answer. Its reference answer comes from the same ONNX files the server serves:
+# /models is copied out of the server image (compose passes the image it builds as the build context
+# named triton-ort/server:23.12). Without compose, build the server image first, then from the root:
 #   docker build -f docker/client.Dockerfile -t triton-ort/client .
-# The model repository (for the reference answer) is mounted at /models; see docker/compose.yaml.
+FROM triton-ort/server:23.12 AS server
+
 FROM python:3.11-slim-bookworm
 
 ENV PIP_NO_CACHE_DIR=1 \
@@ -13,10 +16,12 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /app
 
 COPY docker/requirements-client.txt /tmp/requirements-client.txt
-RUN python -m pip install --no-cache-dir --only-binary=:all: --requirement /tmp/requirements-client.txt \
+RUN python -m pip install --no-cache-dir --only-binary=:all: --require-hashes \
+      --requirement /tmp/requirements-client.txt \
  && rm /tmp/requirements-client.txt
 
 COPY client/ client/
+COPY --from=server /models /models
 
 RUN useradd --create-home --uid 1000 --user-group smoke
 USER 1000:1000

@@ -15,7 +15,17 @@
 #   TRITON_PYTHON_SHM_DEFAULT_BYTES  16777216         shm region each model instance starts with
 #   TRITON_PYTHON_SHM_GROWTH_BYTES   16777216         and grows by (python backend's default is 1 MiB)
 #   TRITON_PYTHON_STUB_TIMEOUT_S     120              stub start-up timeout (torch + ORT + CUDA EP load)
+#   TRITON_EXIT_TIMEOUT_S            30               on SIGTERM, how long in-flight requests may finish
+#                                                     (compose's stop_grace_period must be longer)
+#
+# LD_LIBRARY_PATH: Triton's ORT backend folder (ORT 1.16.3's provider libraries) is taken off it before
+# tritonserver starts, so the stub's onnxruntime-gpu loads its own providers (docker/library-path.sh).
 set -euo pipefail
+
+# shellcheck source=docker/library-path.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/library-path.sh"
+LD_LIBRARY_PATH=$(triton_ort_library_path "${LD_LIBRARY_PATH:-}")
+export LD_LIBRARY_PATH
 
 model_repository=${TRITON_MODEL_REPOSITORY:-/models}
 cuda_pool=${TRITON_CUDA_MEMORY_POOL_BYTES:-268435456}
@@ -24,6 +34,7 @@ shm_prefix=${TRITON_PYTHON_SHM_PREFIX:-triton_ort_}
 shm_default=${TRITON_PYTHON_SHM_DEFAULT_BYTES:-16777216}
 shm_growth=${TRITON_PYTHON_SHM_GROWTH_BYTES:-16777216}
 stub_timeout=${TRITON_PYTHON_STUB_TIMEOUT_S:-120}
+exit_timeout=${TRITON_EXIT_TIMEOUT_S:-30}
 admin_key=${TRITON_ADMIN_KEY:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
 
 if [[ ! -d "$model_repository" ]]; then
@@ -37,6 +48,8 @@ args=(
     --model-control-mode=none
     --strict-readiness=true
     --exit-on-error=true
+    # On SIGTERM: stop accepting, let in-flight requests finish for up to this long, then exit.
+    --exit-timeout-secs="$exit_timeout"
     --http-port=8000
     --grpc-port=8001
     --metrics-port=8002

@@ -1,4 +1,4 @@
-"""What docker/checks/lint.py and deps.py share: paths, requirement pins, the image library manifest."""
+"""What the docker/ checks share: paths, requirement pins (through packaging), the image library manifest."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 DOCKER_DIR = Path(__file__).resolve().parent.parent
 ROOT = DOCKER_DIR.parent
@@ -19,12 +23,10 @@ ORT_MODULE_DISTRIBUTIONS = re.compile(r"^(onnxruntime(-.*)?|ort-nightly(-.*)?)$"
 ORT_GPU = "onnxruntime-gpu"
 ORT_CPU = "onnxruntime"
 
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.\-]*)(\[[^\]]*\])?\s*==\s*([A-Za-z0-9_.!+\-]+)\s*$")
-
 
 def canonical(name: str) -> str:
     """PEP 503 name normalisation: Jinja2 -> jinja2, zope.event -> zope-event."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+    return str(canonicalize_name(name))
 
 
 @dataclass(frozen=True)
@@ -33,25 +35,113 @@ class Pin:
     version: str
     extras: str
     line_number: int
+    hashes: tuple[str, ...] = ()
+    marker: str = ""
 
 
-def read_pins(path: Path) -> tuple[dict[str, Pin], list[str]]:
-    """The `name==version` lines of a requirements file, and a problem for every other requirement line."""
-    pins: dict[str, Pin] = {}
-    problems = []
+@dataclass(frozen=True)
+class RequirementLine:
+    """One logical line of a requirements file: continuations joined, comment dropped, options split off."""
+
+    path: Path
+    line_number: int
+    requirement: str  # "" for an option-only line such as `-r other.txt`
+    options: tuple[str, ...]
+
+
+def requirement_lines(path: Path) -> list[RequirementLine]:
+    """The logical lines of a pip requirements file (the format pip, pip-compile and uv write)."""
+    lines: list[RequirementLine] = []
+    pending = ""
+    first = 0
     for number, raw in enumerate(path.read_text().splitlines(), 1):
-        line = raw.split(" #", 1)[0].strip()
-        if not line or line.startswith("#"):
+        text = re.sub(r"(^|\s)#.*$", "", raw).rstrip()
+        if not pending:
+            first = number
+        if text.endswith("\\"):
+            pending += text[:-1] + " "
             continue
-        match = _PIN.match(line)
-        if not match:
-            problems.append(f"{path.name}:{number}: not an exact pin (name==version): {raw.strip()!r}")
+        text = (pending + text).strip()
+        pending = ""
+        if not text:
             continue
-        name = canonical(match.group(1))
-        if name in pins:
-            problems.append(f"{path.name}:{number}: {name} is pinned twice")
-        pins[name] = Pin(name, match.group(3), match.group(2) or "", number)
+        words = text.split()
+        options: list[str] = []
+        requirement: list[str] = []
+        index = 0
+        while index < len(words):
+            word = words[index]
+            if word.startswith("-"):
+                if "=" not in word and word in ("-r", "-c", "--requirement", "--constraint", "--hash"):
+                    options.append(f"{word}={words[index + 1]}" if index + 1 < len(words) else word)
+                    index += 2
+                    continue
+                options.append(word)
+            else:
+                requirement.append(word)
+            index += 1
+        lines.append(RequirementLine(path, first, " ".join(requirement), tuple(options)))
+    return lines
+
+
+def _included(line: RequirementLine) -> list[Path]:
+    files = []
+    for option in line.options:
+        key, _, value = option.partition("=")
+        if key in ("-r", "--requirement") and value:
+            files.append((line.path.parent / value).resolve())
+    return files
+
+
+def read_pins(path: Path, follow_includes: bool = True) -> tuple[dict[str, Pin], list[str]]:
+    """The exact pins (`name==version`) of a requirements file and of the files it includes with -r, and a
+    problem for every requirement that is not one. A name may be pinned once per environment marker."""
+    pins: dict[str, Pin] = {}
+    seen: set[tuple[str, str]] = set()
+    problems = []
+    for line in requirement_lines(path):
+        if follow_includes:
+            for included in _included(line):
+                more, more_problems = read_pins(included)
+                problems += more_problems
+                for name, pin in more.items():
+                    pins.setdefault(name, pin)
+                    seen.add((name, pin.marker))
+        if not line.requirement:
+            continue
+        where = f"{path.name}:{line.line_number}"
+        try:
+            requirement = Requirement(line.requirement)
+        except InvalidRequirement as error:
+            problems.append(f"{where}: not a requirement ({error}): {line.requirement!r}")
+            continue
+        specifiers = list(requirement.specifier)
+        exact = (
+            len(specifiers) == 1
+            and specifiers[0].operator in ("==", "===")
+            and "*" not in specifiers[0].version
+            and requirement.url is None
+        )
+        if not exact:
+            problems.append(f"{where}: not an exact pin (name==version): {line.requirement!r}")
+            continue
+        name = canonical(requirement.name)
+        marker = str(requirement.marker or "")
+        if (name, marker) in seen:
+            problems.append(f"{where}: {name} is pinned twice")
+        seen.add((name, marker))
+        hashes = tuple(o.partition("=")[2] for o in line.options if o.startswith("--hash"))
+        extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
+        pins.setdefault(name, Pin(name, specifiers[0].version, extras, line.line_number, hashes, marker))
     return pins, problems
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """The release numbers of a version ("12.3.101" -> (12, 3, 101)); non-PEP 440 text by its digits."""
+    try:
+        return tuple(Version(text).release)
+    except InvalidVersion:
+        return tuple(int(part) for part in re.findall(r"\d+", text))
 
 
 @dataclass
@@ -61,10 +151,6 @@ class Manifest:
     libs: dict[str, tuple[str, str]] = field(default_factory=dict)  # soname -> (directory, sources)
     symvers: dict[str, tuple[int, ...]] = field(default_factory=dict)  # GLIBC -> (2, 35)
     absent: dict[str, str] = field(default_factory=dict)  # soname -> what the image has instead
-
-
-def version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text))
 
 
 def read_manifest(path: Path) -> tuple[Manifest, list[str]]:

@@ -47,6 +47,7 @@ from common import (
     read_pins,
     version_tuple,
 )
+from cuda_versions import IMAGE_CUDA_RUNTIME, built_with_cuda, major_minor, show
 from elfinfo import ElfInfo, read_elf
 from fallback_libs import FALLBACK_LIBRARIES
 
@@ -298,7 +299,16 @@ def check_provider(
     print(f"\n== {PROVIDER} from {ort_wheel.name}")
     libraries = WheelLibraries(pip_wheels, extract_dir)
     ort = WheelLibraries({ORT_GPU: ort_wheel}, extract_dir)
-    provider = read_elf(ort.extract(PurePosixPath(PROVIDER).name))
+    provider_file = ort.extract(PurePosixPath(PROVIDER).name)
+    provider = read_elf(provider_file)
+    built = built_with_cuda(provider_file)
+    outcome.check(
+        built is not None and built <= IMAGE_CUDA_RUNTIME,
+        f"ORT's CUDA provider is built for CUDA {show(built)} (newest embedded PTX) <= the stub's runtime "
+        f"{show(IMAGE_CUDA_RUNTIME)}",
+        f"ORT's CUDA provider is built for CUDA {show(built)}; the stub runs on the image's "
+        f"{show(IMAGE_CUDA_RUNTIME)} runtime (NVIDIA's minor-version rule needs runtime >= build)",
+    )
     bridge = read_elf(ort.extract(PurePosixPath(PROVIDER_BRIDGE).name))
     by_torch = torch_loaded_sonames(torch_wheel, libraries, extract_dir)
 
@@ -441,6 +451,15 @@ def main() -> int:
     if ORT_GPU not in resolved:
         return outcome.finish("docker deps check")
 
+    cudart = resolved.get("nvidia-cuda-runtime-cu12", {}).get("metadata", {}).get("version")
+    torch_cuda = major_minor(cudart)
+    outcome.check(
+        torch_cuda is not None and torch_cuda <= IMAGE_CUDA_RUNTIME,
+        f"torch is built for CUDA {show(torch_cuda)} (its nvidia-cuda-runtime-cu12 pin) <= the stub's "
+        f"runtime {show(IMAGE_CUDA_RUNTIME)}",
+        f"torch is built for CUDA {show(torch_cuda)}, newer than the stub's {show(IMAGE_CUDA_RUNTIME)} "
+        "runtime",
+    )
     native = [ORT_GPU, "torch", *sorted(n for n in resolved if n.startswith("nvidia-"))]
     wheels = download(resolved, [n for n in native if n in resolved], args.cache / "wheels", outcome)
     if ORT_GPU in wheels and "torch" in wheels:

