@@ -19,18 +19,19 @@ def plot(results_path: Path, image_path: Path) -> None:
     report = json.loads(results_path.read_text())
     results = report["results"]
     models = list(dict.fromkeys(r["model"] for r in results))
-    figure, axes = plt.subplots(len(models), 2, figsize=(11, 3.6 * len(models)), squeeze=False)
+    figure, axes = plt.subplots(len(models), 2, figsize=(13, 3.6 * len(models)), squeeze=False)
     for row, model in enumerate(models):
         series: dict[str, list[dict[str, float]]] = {}
         for r in results:
             if r["model"] == model:
                 series.setdefault(f"{r['anchor']} ({r['transport']})", []).append(r)
-        for label, points in series.items():
+        colours = plt.get_cmap("tab20").colors  # more anchors than the default cycle's ten colours
+        for index, (label, points) in enumerate(series.items()):
             points.sort(key=lambda p: p["concurrency"])
             x = [p["concurrency"] for p in points]
-            style = "o--" if len(points) == 1 else "o-"
-            axes[row][0].plot(x, [p["p50_us"] / 1e3 for p in points], style, label=label)
-            axes[row][1].plot(x, [p["requests_per_s"] * p["batch"] for p in points], style, label=label)
+            style = {"color": colours[index % len(colours)], "marker": "osD^v<>"[index % 7]}
+            axes[row][0].plot(x, [p["p50_us"] / 1e3 for p in points], label=label, **style)
+            axes[row][1].plot(x, [p["requests_per_s"] * p["batch"] for p in points], label=label, **style)
         batch = next(r["batch"] for r in results if r["model"] == model)
         axes[row][0].set(title=f"{model}, batch {batch}: p50 latency", xlabel="concurrency", ylabel="ms")
         axes[row][1].set(title=f"{model}: throughput", xlabel="concurrency", ylabel="rows/s")
@@ -38,7 +39,7 @@ def plot(results_path: Path, image_path: Path) -> None:
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.grid(True, which="both", alpha=0.3)
-        axes[row][1].legend(fontsize=7)
+    axes[0][1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     env = report["environment"]
     figure.suptitle(f"{env.get('gpu', env.get('cpu'))}, {env['date']}, onnxruntime {env['onnxruntime']}")
     figure.tight_layout()

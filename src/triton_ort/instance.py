@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,6 +34,12 @@ def _new_stream(device_id: int) -> torch.cuda.Stream:
     return torch.cuda.Stream(device=device_id)  # type: ignore[no-untyped-call]
 
 
+def cpu_threads_per_instance(model_config: Mapping[str, Any]) -> int:
+    """This process's cores divided among the model's instances (at least one thread each)."""
+    instances = sum(int(group.get("count", 1)) for group in model_config.get("instance_group", [])) or 1
+    return max(1, len(os.sched_getaffinity(0)) // instances)
+
+
 class ModelInstance:
     """Session, IO binding and request gathering for one Triton model instance, built once at load."""
 
@@ -49,6 +57,11 @@ class ModelInstance:
         placement = (
             Placement("cuda", device_id, self._stream.cuda_stream) if self._stream else Placement("cpu")
         )
+        if not gpu and self.options.intra_op_num_threads == 0:
+            # Left to itself, every CPU instance's ORT pool takes one thread per core, and the instances of
+            # one model then compete for the same cores: share them out instead.
+            threads = cpu_threads_per_instance(model_config)
+            self.options = dataclasses.replace(self.options, intra_op_num_threads=threads)
         session = create_session(version_dir / self.options.onnx_file, self.options, placement)
         self.runner = IOBindingRunner(
             session,

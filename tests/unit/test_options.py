@@ -1,6 +1,9 @@
+import os
+
 import pytest
 
 from triton_ort import ConfigError, ModelOptions, parse_options
+from triton_ort.instance import cpu_threads_per_instance
 from triton_ort.options import parameters_from_model_config
 
 
@@ -53,3 +56,12 @@ def test_parameters_come_from_triton_json() -> None:
     config = {"parameters": {"onnx_file": {"string_value": "a.onnx"}}}
     assert parameters_from_model_config(config) == {"onnx_file": "a.onnx"}
     assert parameters_from_model_config({}) == {}
+
+
+def test_cpu_instances_share_the_cores() -> None:
+    cores = len(os.sched_getaffinity(0))
+    two = {"instance_group": [{"kind": "KIND_AUTO", "count": 2}]}
+    assert cpu_threads_per_instance(two) == max(1, cores // 2)
+    assert cpu_threads_per_instance({}) == cores
+    many = {"instance_group": [{"count": 4 * cores}]}
+    assert cpu_threads_per_instance(many) == 1
