@@ -457,34 +457,36 @@ def ratio_table(results: list[Measurement], placements: dict[str, str]) -> str:
             return _find(ms, anchor=anchor, transport=transport, concurrency=c)
 
         floor, idle = _find(ms, anchor="floor"), _find(ms, anchor="floor+1ms-idle")
-        ours, ours_top, naive = get("ours"), get("ours", top), get("naive")
-        rows: list[tuple[str, str]] = []
-        if floor and ours:
-            rows.append((f"ours p50 / floor p50 ({transport}, c=1)", f"{ours.p50_us / floor.p50_us:.2f}x"))
-        if naive and ours:
-            rows.append(("ours p50 / naive p50 (c=1)", f"{ours.p50_us / naive.p50_us:.2f}x"))
+        ours, ours_top = get("ours"), get("ours", top)
+        py, py_top = (
+            _find(ms, anchor="pytriton", concurrency=1),
+            _find(ms, anchor="pytriton", concurrency=top),
+        )
+        quotients = [  # label, numerator, denominator, field
+            (f"ours p50 / floor p50 ({transport}, c=1)", ours, floor, "p50_us"),
+            ("ours p50 / naive p50 (c=1)", ours, get("naive"), "p50_us"),
+            ("ours with CUDA graphs p50 / ours p50 (c=1)", get("ours-graph"), ours, "p50_us"),
+            (
+                f"ours with CUDA graphs / ours throughput (c={top})",
+                get("ours-graph", top),
+                ours_top,
+                "requests_per_s",
+            ),
+            ("pytriton p50 / ours p50 (c=1)", py, ours, "p50_us"),
+            (f"ours / pytriton throughput (c={top})", ours_top, py_top, "requests_per_s"),
+        ]
+        rows = [(label, f"{getattr(a, k) / getattr(b, k):.2f}x") for label, a, b, k in quotients if a and b]
         placement = placements.get(model, "host")
-        for anchor in ("ours", f"ours-{placement}"):
+        for anchor in ("ours", f"ours-{placement}"):  # what our code adds over the transport floor
             ours_p, null = get(anchor), get(f"null-{placement}")
             if ours_p and null and floor and idle:
-                added = ours_p.p50_us - null.p50_us
-                budget = idle.p50_us + 60
                 rows.append(
                     (
                         f"{anchor} - null-{placement} p50 (c=1) vs floor+1ms-idle + 60 us",
-                        f"{added:.0f} us vs {budget:.0f} us (floor {floor.p50_us:.0f} us)",
+                        f"{ours_p.p50_us - null.p50_us:.0f} us vs {idle.p50_us + 60:.0f} us "
+                        f"(floor {floor.p50_us:.0f} us)",
                     )
                 )
-        graph, graph_top = get("ours-graph"), get("ours-graph", top)
-        if graph and ours:
-            rows.append(("ours with CUDA graphs p50 / ours p50 (c=1)", f"{graph.p50_us / ours.p50_us:.2f}x"))
-        if graph_top and ours_top:
-            rows.append(
-                (
-                    f"ours with CUDA graphs / ours throughput (c={top})",
-                    f"{graph_top.requests_per_s / ours_top.requests_per_s:.2f}x",
-                )
-            )
         for other in ("host", "device"):
             forced, null = get(f"ours-{other}"), get(f"null-{other}")
             if forced and null:
@@ -498,27 +500,12 @@ def ratio_table(results: list[Measurement], placements: dict[str, str]) -> str:
                     f"{ours_top.requests_per_s * floor.p50_us / 1e6:.2f}x",
                 )
             )
-        for anchor in (f"null-{placement}", "null-host"):
-            null_top = get(anchor, top)
-            if null_top and ours_top:
-                rows.append(
-                    (
-                        f"client+server ceiling: {anchor} throughput c={top}",
-                        f"{null_top.requests_per_s:.0f} req/s (ours {ours_top.requests_per_s:.0f})",
-                    )
-                )
-                break
-        py, py_top = (
-            _find(ms, anchor="pytriton", concurrency=1),
-            _find(ms, anchor="pytriton", concurrency=top),
-        )
-        if py and ours:
-            rows.append(("pytriton p50 / ours p50 (c=1)", f"{py.p50_us / ours.p50_us:.2f}x"))
-        if py_top and ours_top:
+        ceiling = get(f"null-{placement}", top) or get("null-host", top)
+        if ceiling and ours_top:
             rows.append(
                 (
-                    f"ours / pytriton throughput (c={top})",
-                    f"{ours_top.requests_per_s / py_top.requests_per_s:.2f}x",
+                    f"client+server ceiling: {ceiling.anchor} throughput c={top}",
+                    f"{ceiling.requests_per_s:.0f} req/s (ours {ours_top.requests_per_s:.0f})",
                 )
             )
         lines += [f"{model:<8} | {name:<58} | {value}" for name, value in rows]
