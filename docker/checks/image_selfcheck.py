@@ -8,7 +8,7 @@ reason. It checks, in order:
 2. that build reports get_device() == "GPU" and lists CUDAExecutionProvider;
 3. in the environment the entrypoint starts tritonserver with (the stub inherits it): after
    `import onnxruntime` and a CUDA-EP session attempt, no libonnxruntime* file outside onnxruntime/capi is
-   loaded (finding 1 of issue 9), and Triton's native ORT backend still finds its libraries;
+   loaded (docs/docker.md, finding 1), and Triton's native ORT backend still finds its libraries;
 4. the CUDA runtime the stub really runs on: the python-backend stub links libcudart.so.12 itself, so
    torch and ORT bind to the image's copy. Its version must be at least the CUDA torch and ORT's CUDA
    provider were built with (torch.version.cuda; the provider's newest embedded PTX ISA);

@@ -1,4 +1,4 @@
-"""Finding 2 of issue 9: which CUDA runtime the python-backend stub runs every model on, and what the
+"""docs/docker.md finding 2: which CUDA runtime the python-backend stub runs every model on, and what the
 image's torch and ORT builds need (docker/checks/cuda_versions.py, used by the image self-check)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Finding 1 of issue 9, reproduced without Docker: another ORT build's provider libraries first on
+"""docs/docker.md finding 1, reproduced without Docker: another ORT build's provider libraries first on
 LD_LIBRARY_PATH are what onnxruntime-gpu loads, and the entrypoint's environment keeps them out.
 
 The image's onnxruntime-gpu (the version docker/requirements-gpu.txt pins, for this Python) is unpacked
