@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .errors import ProviderError
+from .errors import ProviderError, TritonOrtError
 from .gather import Result, run_requests
 from .options import ModelOptions, parameters_from_model_config, parse_options
 from .runner import IOBindingRunner, OutputPlacement
@@ -134,7 +134,12 @@ class ModelInstance:
             self._shrink_arena_after_failure()
         queued = time.perf_counter()
         if self._stream is not None:
-            self._stream.synchronize()  # the one wait of this execute: kernels and host copies
+            try:
+                self._stream.synchronize()  # the one wait of this execute: kernels and host copies
+            except RuntimeError as error:  # a kernel failed after ORT returned: no output can be trusted
+                self.runner.arena_needs_shrink = True
+                failure = TritonOrtError(f"the device failed while computing this batch: {error}")
+                results = [failure for _ in results]
         finished = time.perf_counter()
         if before is not None:
             self.last_execute = ExecuteStats.between(

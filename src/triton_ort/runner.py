@@ -12,8 +12,9 @@ stream. Device-placed outputs come from torch's caching allocator, which hands t
 after the previous answer has been released by Triton; host-placed runs write into device buffers this
 runner keeps (nothing outside sees them) and the host copies are new pinned tensors each time.
 
-A binding is only redone when the pointer or the shape changed: with repeating shapes and the allocator's
-block reuse, a steady stream of requests binds nothing.
+An output binding is only redone when the pointer or the shape changed: with repeating shapes, the runner's
+own buffers and the allocator's block reuse, a steady stream of requests rebinds no output. Inputs are
+bound every run (ORT may keep a copy of an input taken at bind time).
 
 On a CUDA session with a caller's stream, ORT does not synchronise at the end of a run: the caller
 synchronises that stream once (ModelInstance.infer does), after the host copies are queued.
@@ -205,12 +206,20 @@ class IOBindingRunner:
             self.validate(tensors)
         started = time.perf_counter()
         # Keep the bound tensors referenced until run() returns: ORT holds only their pointers.
+        staged_before = self.stats.host_to_device_copies
         bound = {name: self.to_device(tensor) for name, tensor in tensors.items()}
-        run_options = self._run_options
+        run_options, graphed = self._run_options, False
         if self._graphs is not None:  # a captured graph replays on the addresses it was captured with
-            run_options = self._graphs.options_for(bound)
-            bound = {name: self._graphs.stage(name, tensor) for name, tensor in bound.items()}
+            run_options, graphed = self._graphs.options_for(bound)
+            if graphed:
+                bound = {name: self._graphs.stage(name, tensor) for name, tensor in bound.items()}
+        if self.stats.host_to_device_copies != staged_before and self.placement.is_cuda:
+            # ORT copies an input it needs on the CPU at bind time, with a blocking copy on the legacy
+            # stream, which does not wait for the staging copy just queued on ours.
+            torch.cuda.current_stream(self.device).synchronize()
         for spec in self.inputs:
+            # Inputs are bound every run, even at an unchanged address: ORT keeps its own copy of an input
+            # it needs on another device, taken at bind time, so a skipped bind would reuse old values.
             self._bind(spec, bound[spec.name], is_input=True)
         shapes = {spec.name: self._output_shape(spec.name, bound) for spec in self.outputs}
         to_host = self._outputs_to_host(shapes)
@@ -221,7 +230,7 @@ class IOBindingRunner:
                 self._bound.pop((False, spec.name), None)
                 self._binding.bind_output(spec.name, self.placement.device_type, self.placement.device_id)
                 continue
-            if self._graphs is not None:
+            if self._graphs is not None and graphed:
                 tensor = self._graphs.buffer(("output", spec.name), shape, spec.element_type.torch_dtype)
             elif to_host:
                 tensor = self._scratch_output(spec, shape)
@@ -250,7 +259,7 @@ class IOBindingRunner:
                 for spec, value in zip(self.outputs, produced, strict=True)
             }
         if not to_host:
-            if self._graphs is not None:  # the graph's buffers are written again by its next replay
+            if graphed:  # the graph's buffers are written again by its next replay
                 return {name: tensor.clone() for name, tensor in outputs.items()}
             return outputs
         host = {name: self._to_pinned_host(name, tensor) for name, tensor in outputs.items()}
@@ -348,10 +357,10 @@ class IOBindingRunner:
         return int(tensor.data_ptr()) if tensor.numel() else int(self._placeholder.data_ptr())
 
     def _bind(self, spec: TensorSpec, tensor: torch.Tensor, is_input: bool) -> None:
-        """Bind by pointer, unless the same pointer and shape are bound already."""
+        """Bind by pointer; an output already bound at the same pointer and shape is left as it is."""
         pointer, shape = self._pointer(tensor), tuple(tensor.shape)
         key = (is_input, spec.name)
-        if self._bound.get(key) == (pointer, shape):
+        if not is_input and self._bound.get(key) == (pointer, shape):
             return
         bind = self._binding.bind_input if is_input else self._binding.bind_output
         bind(
@@ -396,14 +405,16 @@ class _CudaGraphs:
         options.add_run_config_entry("disable_synchronize_execution_providers", "1")
         return options
 
-    def options_for(self, bound: Mapping[str, torch.Tensor]) -> ort.RunOptions:
+    def options_for(self, bound: Mapping[str, torch.Tensor]) -> tuple[ort.RunOptions, bool]:
+        """The run options for these input shapes, and whether they run as a graph (False past
+        MAX_GRAPHS shapes: such runs take the ordinary path and keep no fixed buffers)."""
         key = tuple(sorted((name, tuple(t.shape)) for name, t in bound.items()))
         options = self._ids.get(key)
         if options is None:
             if len(self._ids) >= self.MAX_GRAPHS:
-                return self._uncaptured
+                return self._uncaptured, False
             options = self._ids[key] = self._options(len(self._ids) + 1)  # ORT reserves 0
-        return options
+        return options, True
 
     def buffer(self, key: tuple[str, str], shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         tensor = self._buffers.get((key, shape))

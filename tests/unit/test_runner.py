@@ -11,7 +11,7 @@ from onnx import TensorProto
 from tests import graphs
 from tests.paths import demo_onnx
 from triton_ort import InputError, IOBindingRunner, Placement
-from triton_ort.runner import OutputPlacement
+from triton_ort.runner import OutputPlacement, _CudaGraphs
 
 CPU = Placement("cpu")
 
@@ -138,16 +138,23 @@ def test_input_errors_name_what_was_expected_and_what_came(
     assert message in str(caught.value)
 
 
-def test_a_new_input_is_bound_and_an_unchanged_one_is_not() -> None:
+def test_inputs_are_bound_every_run_and_new_values_are_used() -> None:
+    """ORT may copy an input at bind time (one it needs on another device), so an input is bound again
+    even at an unchanged address; fresh values at the same address must give fresh answers."""
     runner = runner_for(demo_onnx())
-    x, y = torch.randn(4, 2010), torch.randn(4, 2010)
+    x = torch.randn(4, 2010)
     runner.run({"np_script_embeddings": x})
     binds = runner.stats.binds
     runner.run({"np_script_embeddings": x})
-    assert runner.stats.binds - binds <= 1  # at most the output, when the allocator moved it
+    assert 1 <= runner.stats.binds - binds <= 2  # the input, and the output when the allocator moved it
+    x.copy_(torch.randn(4, 2010))  # new values, same address
+    got = runner.run({"np_script_embeddings": x})["np_logits"]
+    want = session_run(demo_onnx(), {"np_script_embeddings": x.numpy()})["np_logits"]
+    np.testing.assert_array_equal(got.numpy(), want)
+    y = torch.randn(4, 2010)
     got = runner.run({"np_script_embeddings": y})["np_logits"]
     want = session_run(demo_onnx(), {"np_script_embeddings": y.numpy()})["np_logits"]
-    np.testing.assert_array_equal(got.numpy(), want)  # the new pointer was bound, not the old one
+    np.testing.assert_array_equal(got.numpy(), want)
 
 
 def test_output_placement_leaves_a_cpu_session_unchanged() -> None:
@@ -156,3 +163,10 @@ def test_output_placement_leaves_a_cpu_session_unchanged() -> None:
     out = runner.run({"np_script_embeddings": torch.randn(3, 2010)})["np_logits"]
     assert out.device.type == "cpu" and not out.is_pinned()
     assert (runner.stats.device_to_host_copies, runner.stats.host_output_runs) == (0, 0)
+
+
+def test_cuda_graph_shapes_past_the_limit_run_without_a_graph() -> None:
+    graphs = _CudaGraphs(torch.device("cpu"))
+    verdicts = [graphs.options_for({"x": torch.empty(rows, 3)})[1] for rows in range(1, 41)]
+    assert verdicts == [True] * _CudaGraphs.MAX_GRAPHS + [False] * (40 - _CudaGraphs.MAX_GRAPHS)
+    assert graphs.options_for({"x": torch.empty(1, 3)})[1]  # a captured shape keeps its graph
