@@ -107,8 +107,7 @@ class IOBindingRunner:
             for plan in self._output_plans.values()
         )
         self._binding = session.io_binding()
-        # (is input, name) -> (pointer, shape) last bound
-        self._bound: dict[tuple[bool, str], tuple[int, tuple[int, ...]]] = {}
+        self._bound_outputs: dict[str, tuple[int, tuple[int, ...]]] = {}  # name -> (pointer, shape)
         self._scratch: dict[str, torch.Tensor] = {}  # device buffers of host-placed runs, by output
         self._scratch_views: dict[str, torch.Tensor] = {}  # the last view of each, reused for its shape
         # Pinned host buffers for host-placed outputs, by output, and how much of each this execute used;
@@ -227,7 +226,7 @@ class IOBindingRunner:
         for spec in self.outputs:
             shape = shapes[spec.name]
             if shape is None:
-                self._bound.pop((False, spec.name), None)
+                self._bound_outputs.pop(spec.name, None)
                 self._binding.bind_output(spec.name, self.placement.device_type, self.placement.device_id)
                 continue
             if self._graphs is not None and graphed:
@@ -245,7 +244,7 @@ class IOBindingRunner:
             self.session.run_with_iobinding(self._binding, self._shrink_options if shrink else run_options)
         except Exception:
             self.arena_needs_shrink = self._shrink_options is not None
-            self._bound.clear()  # do not trust what a failed run left bound
+            self._bound_outputs.clear()  # do not trust what a failed run left bound
             raise
         self.arena_needs_shrink = False
         finished = time.perf_counter()
@@ -359,8 +358,7 @@ class IOBindingRunner:
     def _bind(self, spec: TensorSpec, tensor: torch.Tensor, is_input: bool) -> None:
         """Bind by pointer; an output already bound at the same pointer and shape is left as it is."""
         pointer, shape = self._pointer(tensor), tuple(tensor.shape)
-        key = (is_input, spec.name)
-        if not is_input and self._bound.get(key) == (pointer, shape):
+        if not is_input and self._bound_outputs.get(spec.name) == (pointer, shape):
             return
         bind = self._binding.bind_input if is_input else self._binding.bind_output
         bind(
@@ -371,7 +369,8 @@ class IOBindingRunner:
             list(shape),
             pointer,
         )
-        self._bound[key] = (pointer, shape)
+        if not is_input:
+            self._bound_outputs[spec.name] = (pointer, shape)
         self.stats.binds += 1
 
     def _output_shape(self, name: str, bound: Mapping[str, torch.Tensor]) -> tuple[int, ...] | None:
