@@ -263,8 +263,7 @@ def auto_placement(work: Workload) -> str:
 
     if not torch.cuda.is_available():
         return "host"
-    output_bytes = sum(int(np.prod(shape)) * dtype.itemsize for dtype, shape in work.layout.values())
-    return "host" if output_bytes <= ModelOptions().host_output_max_bytes else "device"
+    return "host" if work.output_bytes <= ModelOptions().host_output_max_bytes else "device"
 
 
 def serving(repository: Path, models: list[str], **kwargs: Any) -> contextlib.AbstractContextManager[Any]:
@@ -428,15 +427,10 @@ def crossover_table(results: list[Measurement], repository: Path) -> str:
         host = _find(results, batch=batch, anchor="ours-host")
         device = _find(results, batch=batch, anchor="ours-device")
         if host and device:
-            work_bytes = batch * _output_row_bytes(repository, host.model)
+            work_bytes = Workload.build(host.model, repository, batch).output_bytes
             faster = "host" if host.p50_us < device.p50_us else "device"
             lines.append(f"{work_bytes:>20} | {host.p50_us:>11.0f} | {device.p50_us:>13.0f} | {faster}")
     return "\n".join(lines)
-
-
-def _output_row_bytes(repository: Path, model: str) -> int:
-    work = Workload.build(model, repository, 1)
-    return sum(int(np.prod(shape)) * dtype.itemsize for dtype, shape in work.layout.values())
 
 
 def _find(results: list[Measurement], **keys: Any) -> Measurement | None:

@@ -37,6 +37,10 @@ class Workload:
     reference: dict[str, np.ndarray]
     layout: dict[str, tuple[np.dtype[Any], tuple[int, ...]]]
 
+    @property
+    def output_bytes(self) -> int:
+        return sum(int(np.prod(shape)) * dtype.itemsize for dtype, shape in self.layout.values())
+
     @classmethod
     def build(cls, model: str, repository: Path, batch: int) -> Workload:
         from onnxruntime import InferenceSession
