@@ -85,7 +85,7 @@ run: models ## start the local tritonserver, check one HTTP and one gRPC answer 
 
 .PHONY: serve
 serve: models ## run the local tritonserver in the foreground on $(MODEL_REPOSITORY) (ports 8000/8001/8002)
-	$(PYTHON) -m triton_ort.local_server --model-repository $(MODEL_REPOSITORY)
+	$(PYTHON) -m triton_ort.testing.server --model-repository $(MODEL_REPOSITORY)
 
 .PHONY: bench
 bench: $(VENV_STAMP) ## benchmark ours against the floor, naive and PyTriton anchors (results/, plot)

@@ -207,7 +207,7 @@ def measure_server(
 
 @contextlib.contextmanager
 def pytriton_server(onnx_path: Path, name: str) -> Iterator[str]:
-    from triton_ort.local_server import free_port
+    from triton_ort.testing.server import free_port
 
     ports = [free_port() for _ in range(3)]
     command = [
@@ -269,7 +269,7 @@ def auto_placement(work: Workload) -> str:
 def serving(repository: Path, models: list[str], **kwargs: Any) -> contextlib.AbstractContextManager[Any]:
     """Our tritonserver with only `models` loaded (the repository also holds the sweep's variants).
     2 GiB of CUDA pool: 16 requests of the 4096-wide MLP carry 16 MiB in and out each."""
-    from triton_ort.local_server import LocalTritonServer
+    from triton_ort.testing.server import LocalTritonServer
 
     loads = [f"--load-model={name}" for name in models]
     return LocalTritonServer(

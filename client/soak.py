@@ -486,7 +486,7 @@ def _server(args: argparse.Namespace) -> Iterator[tuple[str, str, int | None]]:
     if not args.local:
         yield args.http_url, args.grpc_url, args.server_pid
         return
-    from triton_ort.local_server import LocalTritonServer
+    from triton_ort.testing.server import LocalTritonServer
 
     print(f"starting the local tritonserver on {args.model_repository} ...", flush=True)
     with LocalTritonServer(args.model_repository) as server:

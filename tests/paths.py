@@ -9,7 +9,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from triton_ort.local_server import gpu_present
+from triton_ort.testing.server import gpu_present
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_REPOSITORY = ROOT / "model_repository"

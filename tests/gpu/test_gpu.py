@@ -230,7 +230,7 @@ def test_cuda_shm_requests_through_tritonserver_copy_only_what_the_output_placem
 
     from client.cuda_shm import CudaShmIO
     from client.triton_client import infer, reference_outputs
-    from triton_ort.local_server import LocalTritonServer
+    from triton_ort.testing.server import LocalTritonServer
 
     repository = build_test_repository(tmp_path / "repository")
     _with_placement(repository, "demo_device", "device")

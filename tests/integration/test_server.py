@@ -17,8 +17,8 @@ from tritonclient.utils import InferenceServerException
 from client.triton_client import infer, model_metadata, reference_outputs
 from tests.paths import SERVER_TOLERANCE, demo_onnx
 from tests.repository import build_mismatch_repository
-from triton_ort.local_server import LocalTritonServer
 from triton_ort.stats import ExecuteStats
+from triton_ort.testing.server import LocalTritonServer
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ import pytest
 
 from tests.reliability.support import MEASUREMENTS
 from tests.reliability_repository import build_reliability_repository
-from triton_ort.local_server import LocalTritonServer
+from triton_ort.testing.server import LocalTritonServer
 
 
 @pytest.fixture(scope="session")

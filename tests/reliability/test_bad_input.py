@@ -35,7 +35,7 @@ from tests.reliability.support import (
     statistics,
     tritonclient_infer,
 )
-from triton_ort.local_server import LocalTritonServer
+from triton_ort.testing.server import LocalTritonServer
 
 pytestmark = pytest.mark.integration
 

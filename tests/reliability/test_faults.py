@@ -28,7 +28,7 @@ from tests.reliability.support import (
     wait_for,
 )
 from tests.reliability_repository import build_demo_repository
-from triton_ort.local_server import LocalTritonServer
+from triton_ort.testing.server import LocalTritonServer
 
 pytestmark = pytest.mark.integration
 

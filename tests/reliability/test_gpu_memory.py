@@ -31,7 +31,7 @@ from tests.reliability.support import (
 )
 from tests.reliability_repository import blowup, build_demo_repository
 from tests.repository import _config, _tensor, add_model
-from triton_ort.local_server import LocalTritonServer
+from triton_ort.testing.server import LocalTritonServer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.integration]
 

@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 from tests.paths import ROOT, SERVER_TOLERANCE
 from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, demo_reference, measured
 from tests.reliability_repository import build_demo_repository
-from triton_ort.local_server import LocalTritonServer
+from triton_ort.testing.server import LocalTritonServer
 
 pytestmark = pytest.mark.integration
 

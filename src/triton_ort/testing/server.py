@@ -1,6 +1,6 @@
 """Run the real tritonserver on a model repository without Docker, from the nvidia-pytriton wheel.
 
-    python -m triton_ort.local_server --model-repository model_repository      # foreground, Ctrl-C stops
+    python -m triton_ort.testing.server --model-repository model_repository      # foreground, Ctrl-C stops
 
 nvidia-pytriton 0.5.0 bundles tritonserver 2.41.0 (= release 23.12) with its python backend and a stub per
 Python 3.8-3.11; 0.7.0 bundles 2.51 with a 3.12 stub. What the python-backend stub needs, learned the
