@@ -15,7 +15,8 @@ import torch
 
 from .errors import ProviderError, TritonOrtError
 from .gather import Result, run_requests
-from .options import ModelOptions, parameters_from_model_config, parse_options
+from .metrics import InstanceMetrics, request_rows
+from .options import ModelOptions, options_from_model_config
 from .runner import IOBindingRunner, OutputPlacement
 from .session import Placement, create_session
 from .signature import check_config
@@ -44,9 +45,15 @@ class ModelInstance:
     """Session, IO binding and request gathering for one Triton model instance, built once at load."""
 
     def __init__(
-        self, model_config: Mapping[str, Any], version_dir: Path, instance_kind: str, device_id: int
+        self,
+        model_config: Mapping[str, Any],
+        version_dir: Path,
+        instance_kind: str,
+        device_id: int,
+        metrics: InstanceMetrics | None = None,
     ) -> None:
-        self.options: ModelOptions = parse_options(parameters_from_model_config(model_config))
+        self.options: ModelOptions = options_from_model_config(model_config)
+        self.metrics = metrics
         gpu = instance_kind.upper() == "GPU"
         if not gpu:
             # On CPU, torch only moves and concatenates tensors and ORT's thread pool computes; torch's own
@@ -71,14 +78,19 @@ class ModelInstance:
                 self.options.output_placement, self.options.host_output_max_bytes
             ),
             cuda_graph=self.options.cuda_graph,
+            arena_shrinkage=self.options.arena_shrinkage,
         )
         check_config(model_config, self.runner.inputs, self.runner.outputs)
         self.output_names = [str(entry["name"]) for entry in model_config.get("output", [])]
         self.last_execute: ExecuteStats | None = None  # kept only while DEBUG logging is on
         if not self.runner.placement.is_cuda:
             self._stream = None  # the CUDA EP did not load and allow_cpu_fallback let it run on CPU
+        self._loaded = False  # warm-up runs are not the clients' executes: metrics start after them
         if self.options.warmup:
             self._warm_up()
+        self._loaded = True
+        if self.metrics is not None:
+            self.metrics.loaded(self.runner.stats, cpu_fallback=gpu and not self.runner.placement.is_cuda)
         LOGGER.info(
             "loaded %s on %s with providers %s; options %s",
             self.options.onnx_file,
@@ -141,6 +153,14 @@ class ModelInstance:
                 failure = TritonOrtError(f"the device failed while computing this batch: {error}")
                 results = [failure for _ in results]
         finished = time.perf_counter()
+        if self.metrics is not None and self._loaded:
+            self.metrics.record_execute(
+                self.runner.stats,
+                requests=len(requests),
+                rows=sum(request_rows(tensors) for tensors in requests),
+                on_device=self.runner.placement.is_cuda,
+            )
+        reported = time.perf_counter()
         if before is not None:
             self.last_execute = ExecuteStats.between(
                 before,
@@ -150,6 +170,7 @@ class ModelInstance:
                 steps_us={
                     "infer_total": round((finished - started) * 1e6, 1),
                     "stream_sync": round((finished - queued) * 1e6, 1),
+                    "metrics": round((reported - finished) * 1e6, 1),
                 },
             )
         return [

@@ -92,6 +92,7 @@ class IOBindingRunner:
         pinned_staging: bool = True,
         output_placement: OutputPlacement | None = None,
         cuda_graph: bool = False,
+        arena_shrinkage: str = "",
     ) -> None:
         self.session = session
         self.pinned_staging = pinned_staging
@@ -122,7 +123,7 @@ class IOBindingRunner:
         # A failed run can leave ORT's CUDA arena holding what it grabbed for it (a request that asked for
         # more than the GPU has once left 140 GB reserved). The next run then shrinks the arena back.
         self.arena_needs_shrink = False
-        self._run_options, self._shrink_options = self._make_run_options()
+        self._run_options, self._shrink_options = self._make_run_options(arena_shrinkage)
         self._graphs: _CudaGraphs | None = None
         if cuda_graph and self.placement.is_cuda:
             if any(plan is None for plan in self._output_plans.values()):
@@ -135,10 +136,16 @@ class IOBindingRunner:
         # An empty tensor's data_ptr may be 0, which ORT rejects; bind this instead (never read: 0 elements).
         self._placeholder = torch.empty(8, dtype=torch.uint8, device=self.device)
 
-    def _make_run_options(self) -> tuple[ort.RunOptions | None, ort.RunOptions | None]:
+    def _make_run_options(self, arena_shrinkage: str) -> tuple[ort.RunOptions | None, ort.RunOptions | None]:
         if not self.placement.is_cuda:
-            return None, None
+            if not arena_shrinkage:
+                return None, None
+            options = ort.RunOptions()
+            options.add_run_config_entry("memory.enable_memory_arena_shrinkage", arena_shrinkage)
+            return options, None
         options, shrink = ort.RunOptions(), ort.RunOptions()
+        if arena_shrinkage:  # the config's memory.enable_memory_arena_shrinkage, on every run
+            options.add_run_config_entry("memory.enable_memory_arena_shrinkage", arena_shrinkage)
         shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", f"gpu:{self.placement.device_id}")
         if self.placement.cuda_stream is not None:
             # ORT's end-of-run stream sync would be the first of two: the caller syncs the same stream
@@ -245,6 +252,7 @@ class IOBindingRunner:
         shrink = self.arena_needs_shrink and self._shrink_options is not None
         try:
             self.session.run_with_iobinding(self._binding, self._shrink_options if shrink else run_options)
+            self.stats.arena_shrinks += int(shrink)
         except Exception:
             self.arena_needs_shrink = self._shrink_options is not None
             self._bound_outputs.clear()  # do not trust what a failed run left bound

@@ -27,12 +27,19 @@ LOGGER = logging.getLogger(__name__)
 
 CUDA_EP = "CUDAExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
+TENSORRT_EP = "TensorrtExecutionProvider"
+OPENVINO_EP = "OpenVINOExecutionProvider"
 
 _OPTIMIZATION_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+_EXECUTION_MODES = {
+    "sequential": ort.ExecutionMode.ORT_SEQUENTIAL,
+    "parallel": ort.ExecutionMode.ORT_PARALLEL,
 }
 
 
@@ -52,13 +59,24 @@ class Placement:
 def _session_options(options: ModelOptions) -> ort.SessionOptions:
     session_options = ort.SessionOptions()
     session_options.graph_optimization_level = _OPTIMIZATION_LEVELS[options.graph_optimization_level]
+    session_options.execution_mode = _EXECUTION_MODES[options.execution_mode]
     session_options.intra_op_num_threads = options.intra_op_num_threads
     session_options.inter_op_num_threads = options.inter_op_num_threads
+    if options.enable_mem_arena is not None:
+        session_options.enable_cpu_mem_arena = options.enable_mem_arena
+    if options.enable_mem_pattern is not None:
+        session_options.enable_mem_pattern = options.enable_mem_pattern
+    if options.use_device_allocator_for_initializers is not None:
+        session_options.add_session_config_entry(
+            "session.use_device_allocator_for_initializers",
+            "1" if options.use_device_allocator_for_initializers else "0",
+        )
     return session_options
 
 
 def cuda_provider_options(options: ModelOptions, placement: Placement) -> dict[str, str]:
     provider_options = {
+        **options.cuda_options,
         "device_id": str(placement.device_id),
         # ORT's own copies go on the default stream; our copies and kernels are ordered on cuda_stream.
         "do_copy_in_default_stream": "1",
@@ -74,6 +92,32 @@ def cuda_provider_options(options: ModelOptions, placement: Placement) -> dict[s
     if options.cuda_graph:
         provider_options["enable_cuda_graph"] = "1"
     return provider_options
+
+
+def tensorrt_provider_options(options: ModelOptions, placement: Placement) -> dict[str, str]:
+    """The TensorRT EP's options: the config's, on the instance's device and stream (as the CUDA EP)."""
+    assert options.tensorrt_options is not None
+    provider_options = {**options.tensorrt_options, "device_id": str(placement.device_id)}
+    if placement.cuda_stream is not None:
+        provider_options["has_user_compute_stream"] = "1"
+        provider_options["user_compute_stream"] = str(placement.cuda_stream)
+    return provider_options
+
+
+def requested_providers(
+    options: ModelOptions, placement: Placement
+) -> list[str | tuple[str, dict[str, str]]]:
+    """The providers to ask ORT for, in priority order, as the native backend orders them: TensorRT, then
+    CUDA for the nodes TensorRT does not take, then OpenVINO, then CPU."""
+    providers: list[str | tuple[str, dict[str, str]]] = []
+    if placement.is_cuda:
+        if options.tensorrt_options is not None:
+            providers.append((TENSORRT_EP, tensorrt_provider_options(options, placement)))
+        providers.append((CUDA_EP, cuda_provider_options(options, placement)))
+    if options.openvino:
+        providers.append((OPENVINO_EP, {"device_type": "CPU"}))
+    providers.append(CPU_EP)
+    return providers
 
 
 def preload_cuda_libraries() -> None:
@@ -99,17 +143,45 @@ def preload_cuda_libraries() -> None:
                 LOGGER.warning("could not preload %s: %s", library, error)
 
 
+def _names(providers: list[str | tuple[str, dict[str, str]]]) -> list[str]:
+    return [p if isinstance(p, str) else p[0] for p in providers]
+
+
 def create_session(model_path: Path, options: ModelOptions, placement: Placement) -> ort.InferenceSession:
-    """A session on `placement`; a GPU session without a working CUDA EP fails here, with a diagnosis."""
+    """A session on `placement`; a GPU session without a working CUDA EP (or TensorRT EP, when the config
+    asks for it) fails here, with a diagnosis."""
     if not model_path.is_file():
         raise ProviderError(
             f"ONNX file {model_path} does not exist (parameter onnx_file={options.onnx_file!r})"
         )
-    providers: list[str | tuple[str, dict[str, str]]] = [CPU_EP]
+    if options.openvino and OPENVINO_EP not in ort.get_available_providers():
+        raise ProviderError(
+            "the openvino execution accelerator was requested (optimization.execution_accelerators."
+            f"cpu_execution_accelerator) but this onnxruntime ({ort.__version__}, providers "
+            f"{ort.get_available_providers()}) has no OpenVINOExecutionProvider. Fix: install "
+            "onnxruntime-openvino in place of onnxruntime, or remove the accelerator"
+        )
+    providers = requested_providers(options, placement)
     if placement.is_cuda and CUDA_EP in ort.get_available_providers():
         preload_cuda_libraries()
-        providers = [(CUDA_EP, cuda_provider_options(options, placement)), CPU_EP]
+    else:
+        # Without the CUDA provider built in, ORT refuses to create a session that names it; the check
+        # below then says why it is missing.
+        providers = [
+            p for p in providers if (p if isinstance(p, str) else p[0]) not in (CUDA_EP, TENSORRT_EP)
+        ]
     session = ort.InferenceSession(str(model_path), _session_options(options), providers=providers)
+    if TENSORRT_EP in _names(providers) and TENSORRT_EP not in session.get_providers():
+        # ORT's Python API retries without a provider that fails to start, but with default CUDA options
+        # (not the instance's stream): never serve that session.
+        diagnosis = diagnose_missing_tensorrt_provider()
+        if not options.allow_cuda_fallback:
+            raise ProviderError(diagnosis)
+        LOGGER.warning(
+            "allow_cuda_fallback is set: running %s on the CUDA EP. %s", model_path.name, diagnosis
+        )
+        providers = [p for p in providers if _names([p]) != [TENSORRT_EP]]
+        session = ort.InferenceSession(str(model_path), _session_options(options), providers=providers)
     if placement.is_cuda and CUDA_EP not in session.get_providers():
         diagnosis = diagnose_missing_cuda_provider()
         if not options.allow_cpu_fallback:
@@ -141,14 +213,15 @@ ctypes.CDLL(sys.argv[2])
 """
 
 
-def _cuda_provider_load_error() -> str | None:
-    """dlopen the CUDA provider library to learn which dependency is missing, when the build has one.
+def _provider_load_error(provider: str = "cuda") -> str | None:
+    """dlopen a provider library (cuda, tensorrt) to learn which dependency is missing, when the build has
+    one.
 
     In a child process: on a host without a driver, the provider's start-up code can crash the process
     that loads it, and this must never take the model (or the server's stub) down with it.
     """
     capi = Path(ort.__file__).parent / "capi"
-    library = capi / "libonnxruntime_providers_cuda.so"
+    library = capi / f"libonnxruntime_providers_{provider}.so"
     if not library.exists():
         return None
     # Inside Triton's stub the interpreter is embedded, so sys.executable need not be a Python at all.
@@ -195,7 +268,7 @@ def diagnose_missing_cuda_provider() -> str:
             "your CUDA major version) instead of onnxruntime"
         )
     else:
-        load_error = _cuda_provider_load_error()
+        load_error = _provider_load_error("cuda")
         lines.append(
             "  cause: the CUDA provider is built in but failed to load"
             + (
@@ -207,4 +280,34 @@ def diagnose_missing_cuda_provider() -> str:
             "CUDA and cuDNN major versions present; see docs/docker.md)"
         )
     lines.append('  To run on CPU instead, set parameter allow_cpu_fallback: "true" or use KIND_CPU.')
+    return "\n".join(lines)
+
+
+def diagnose_missing_tensorrt_provider() -> str:
+    """Why a session asked for TensorRT but has none, and the fix."""
+    available = ort.get_available_providers()
+    lines = [
+        "the tensorrt execution accelerator was requested (optimization.execution_accelerators."
+        "gpu_execution_accelerator) but the ONNX Runtime session has no TensorrtExecutionProvider.",
+        f"  onnxruntime module: {ort.__file__} (version {ort.__version__})",
+        f"  available providers: {available}",
+    ]
+    if TENSORRT_EP not in available:
+        lines.append(
+            "  cause: this onnxruntime build has no TensorRT provider. Fix: install an onnxruntime-gpu "
+            "build with TensorRT (the PyPI onnxruntime-gpu wheels have it)"
+        )
+    else:
+        load_error = _provider_load_error("tensorrt")
+        lines.append(
+            "  cause: the TensorRT provider is built in but failed to load"
+            + (
+                f": {load_error}"
+                if load_error
+                else " (see ORT's log above for the library it could not load)"
+            )
+            + ". Fix: install the TensorRT libraries this onnxruntime was built against (libnvinfer, e.g. "
+            "pip install tensorrt-cu12-libs of the matching major version) and make them loadable"
+        )
+    lines.append('  To run on the CUDA EP instead, set parameter allow_cuda_fallback: "true".')
     return "\n".join(lines)

@@ -42,6 +42,8 @@ class RunnerStats:
     """IO binding calls made; a run whose pointers and shapes are unchanged makes none."""
     host_output_runs: int = 0
     """ORT runs whose outputs went to the host (output placement 'host', or 'auto' below the threshold)."""
+    arena_shrinks: int = 0
+    """Runs that shrank ORT's CUDA arena after a failed run."""
     bind_seconds: float = 0.0
     """Output allocation and IO binding."""
     ort_run_seconds: float = 0.0

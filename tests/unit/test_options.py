@@ -40,7 +40,7 @@ def test_values_are_parsed_and_backend_keys_ignored() -> None:
         ({"gpu_mem_limit": "2GB"}, "parameter 'gpu_mem_limit': '2GB' is not a whole number"),
         ({"intra_op_num_threads": "-1"}, "parameter 'intra_op_num_threads': -1 is negative"),
         ({"graph_optimization_level": "max"}, "'max' is not one of disable, basic, extended, all"),
-        ({"arena_extend_strategy": "grow"}, "'grow' is not one of kNextPowerOfTwo, kSameAsRequested"),
+        ({"arena_extend_strategy": "grow"}, "'grow' is not one of 0 (kNextPowerOfTwo), 1 (kSameAsRequested)"),
         ({"onnx_file": " "}, "parameter 'onnx_file' is empty"),
         ({"output_placement": "gpu"}, "parameter 'output_placement': 'gpu' is not one of auto, device, host"),
         ({"host_output_max_bytes": "1MB"}, "parameter 'host_output_max_bytes': '1MB' is not a whole number"),

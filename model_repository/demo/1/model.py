@@ -24,6 +24,7 @@ import triton_python_backend_utils as pb_utils
 
 from triton_ort import InputError, ModelInstance, TritonOrtError
 from triton_ort.copy_counter import copy_counting_enabled, count_host_device_copies
+from triton_ort.metrics import triton_instance_metrics
 
 
 class _TritonLogHandler(logging.Handler):
@@ -85,12 +86,16 @@ class TritonPythonModel:
         _route_library_logging()
         model_config = json.loads(args["model_config"])
         version_dir = Path(args["model_repository"]) / args["model_version"]
+        metrics = triton_instance_metrics(
+            pb_utils, args["model_name"], args["model_version"], args["model_instance_name"]
+        )
         try:
             self.instance = ModelInstance(
                 model_config,
                 version_dir,
                 instance_kind=args["model_instance_kind"],
                 device_id=int(args["model_instance_device_id"]),
+                metrics=metrics,
             )
         except TritonOrtError as error:
             raise pb_utils.TritonModelException(

@@ -1,0 +1,212 @@
+"""Custom Prometheus metrics of a model instance, on Triton's metrics port (docs/metrics.md).
+
+The library stays importable without Triton: it talks to a small `MetricsBackend` interface. model.py backs
+it with the python backend's `pb_utils.MetricFamily` (`TritonMetricFamilies`); unit tests use
+`InMemoryMetrics`. Values come from the runner's running totals (`RunnerStats`), once per execute: the
+difference since the last execute is added, so no hot-path line is instrumented.
+
+In the python backend every Metric.increment() is a round trip from the stub to the server process
+(python_backend src/metric.cc, SendIncrementRequest), so only counters that changed are sent; the time the
+report takes is the `metrics` step of the debug record.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .stats import RunnerStats
+
+LOGGER = logging.getLogger(__name__)
+
+PREFIX = "triton_ort_"
+
+
+class Counter(Protocol):
+    def increment(self, value: float) -> None: ...
+
+
+class Gauge(Protocol):
+    def set(self, value: float) -> None: ...
+
+
+class MetricsBackend(Protocol):
+    """Creates labelled metrics; the same name with other labels is another series of one family."""
+
+    def counter(self, name: str, description: str, labels: Mapping[str, str]) -> Counter: ...
+
+    def gauge(self, name: str, description: str, labels: Mapping[str, str]) -> Gauge: ...
+
+
+@dataclass
+class _Value:
+    value: float = 0.0
+
+    def increment(self, value: float) -> None:
+        self.value += value
+
+    def set(self, value: float) -> None:
+        self.value = value
+
+
+@dataclass
+class InMemoryMetrics:
+    """A MetricsBackend that keeps values in a dict, for tests and for running without Triton."""
+
+    series: dict[tuple[str, tuple[tuple[str, str], ...]], _Value] = field(default_factory=dict)
+    calls: int = 0
+    """Updates made (increment or set): what a Triton backend would send to the server."""
+
+    def _metric(self, name: str, labels: Mapping[str, str]) -> _Value:
+        return self.series.setdefault((name, tuple(sorted(labels.items()))), _Value())
+
+    def counter(self, name: str, description: str, labels: Mapping[str, str]) -> Counter:
+        return _Counted(self, self._metric(name, labels))
+
+    def gauge(self, name: str, description: str, labels: Mapping[str, str]) -> Gauge:
+        return _Counted(self, self._metric(name, labels))
+
+    def value(self, name: str, **labels: str) -> float:
+        """The sum over every series of `name` whose labels include `labels`."""
+        wanted = set(labels.items())
+        return sum(v.value for (n, series), v in self.series.items() if n == name and wanted <= set(series))
+
+
+@dataclass
+class _Counted:
+    owner: InMemoryMetrics
+    target: _Value
+
+    def increment(self, value: float) -> None:
+        self.owner.calls += 1
+        self.target.increment(value)
+
+    def set(self, value: float) -> None:
+        self.owner.calls += 1
+        self.target.set(value)
+
+
+class TritonMetricFamilies:
+    """MetricsBackend over the python backend's `pb_utils.MetricFamily` (python backend >= 22.11; COUNTER
+    and GAUGE in 23.12). Pass the `triton_python_backend_utils` module. The families are kept here: a
+    MetricFamily that is garbage-collected is deleted from the server with its series."""
+
+    def __init__(self, pb_utils: Any) -> None:
+        self._pb_utils = pb_utils
+        self._families: dict[str, Any] = {}
+
+    def _family(self, name: str, description: str, kind: Any) -> Any:
+        family = self._families.get(name)
+        if family is None:
+            family = self._pb_utils.MetricFamily(name=name, description=description, kind=kind)
+            self._families[name] = family
+        return family
+
+    def counter(self, name: str, description: str, labels: Mapping[str, str]) -> Counter:
+        family = self._family(name, description, self._pb_utils.MetricFamily.COUNTER)
+        metric: Counter = family.Metric(labels=dict(labels))
+        return metric
+
+    def gauge(self, name: str, description: str, labels: Mapping[str, str]) -> Gauge:
+        family = self._family(name, description, self._pb_utils.MetricFamily.GAUGE)
+        metric: Gauge = family.Metric(labels=dict(labels))
+        return metric
+
+
+# (RunnerStats field, metric name, description) for the counters fed from the runner's totals.
+_RUNNER_COUNTERS = (
+    ("ort_runs", "runs_total", "ONNX Runtime runs (one per gathered group of requests)"),
+    ("ort_run_seconds", "run_seconds_total", "Host time inside ONNX Runtime's run, in seconds"),
+    (
+        "host_to_device_copies",
+        "host_to_device_copies_total",
+        "Host-to-device tensor copies made by this backend (inputs that arrived on the host)",
+    ),
+    (
+        "device_to_host_copies",
+        "device_to_host_copies_total",
+        "Device-to-host tensor copies made by this backend (outputs placed on the host)",
+    ),
+    (
+        "arena_shrinks",
+        "arena_shrinks_total",
+        "Runs that shrank ONNX Runtime's CUDA memory arena after a failed run",
+    ),
+)
+
+
+class InstanceMetrics:
+    """The metrics of one model instance, labelled model, version and instance."""
+
+    def __init__(self, backend: MetricsBackend, model: str, version: str, instance: str) -> None:
+        self.labels = {"model": model, "version": version, "instance": instance}
+        counter = backend.counter
+        self._executes = counter(
+            PREFIX + "executes_total", "execute() calls (batches from Triton)", self.labels
+        )
+        self._requests = counter(PREFIX + "requests_total", "Requests received by execute()", self.labels)
+        self._rows = counter(
+            PREFIX + "rows_total", "Batch rows (first-axis entries) of the requests received", self.labels
+        )
+        self._runner = [
+            (stat, counter(PREFIX + name, description, self.labels))
+            for stat, name, description in _RUNNER_COUNTERS
+        ]
+        self._placement = {
+            where: counter(
+                PREFIX + "output_placement_total",
+                "ORT runs of GPU instances by where their outputs were handed to Triton (host or device)",
+                {**self.labels, "placement": where},
+            )
+            for where in ("host", "device")
+        }
+        self._cpu_fallback = backend.gauge(
+            PREFIX + "cpu_fallback",
+            "1 when a GPU instance runs on CPU because its CUDA provider could not load (allow_cpu_fallback)",
+            self.labels,
+        )
+        self._last = RunnerStats()
+
+    def loaded(self, stats: RunnerStats, cpu_fallback: bool) -> None:
+        """Report what the load decided; counting starts from `stats` (warm-up runs are not counted)."""
+        self._cpu_fallback.set(1.0 if cpu_fallback else 0.0)
+        self._last = stats.snapshot()
+
+    def record_execute(self, stats: RunnerStats, requests: int, rows: int, on_device: bool) -> None:
+        """One execute(): its requests and rows, and what the runner's totals gained since the last one."""
+        self._executes.increment(1)
+        if requests:
+            self._requests.increment(requests)
+        if rows:
+            self._rows.increment(rows)
+        for stat, metric in self._runner:
+            delta = getattr(stats, stat) - getattr(self._last, stat)
+            if delta:
+                metric.increment(delta)
+        if on_device:
+            runs = stats.ort_runs - self._last.ort_runs
+            to_host = stats.host_output_runs - self._last.host_output_runs
+            if to_host:
+                self._placement["host"].increment(to_host)
+            if runs - to_host:
+                self._placement["device"].increment(runs - to_host)
+        self._last = stats.snapshot()
+
+
+def triton_instance_metrics(pb_utils: Any, model: str, version: str, instance: str) -> InstanceMetrics | None:
+    """The instance's metrics through pb_utils.MetricFamily, or None (with a warning) where the server
+    cannot take them (e.g. tritonserver --allow-metrics=false): serving goes on without."""
+    try:
+        return InstanceMetrics(TritonMetricFamilies(pb_utils), model, version, instance)
+    except Exception as error:  # the stub raises its own exception types
+        LOGGER.warning("custom metrics are off for %s (%s): %s", instance, model, error)
+        return None
+
+
+def request_rows(tensors: Mapping[str, Any]) -> int:
+    """A request's batch rows: the first axis of its first input (0 for scalars or no inputs)."""
+    for tensor in tensors.values():
+        return int(tensor.shape[0]) if tensor.dim() > 0 else 0
+    return 0
