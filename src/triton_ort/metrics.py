@@ -142,6 +142,9 @@ class InstanceMetrics:
 
     def __init__(self, backend: MetricsBackend, model: str, version: str, instance: str) -> None:
         self.labels = {"model": model, "version": version, "instance": instance}
+        self._backend = (
+            backend  # a MetricFamily outlives its metrics (python backend: deleted when collected)
+        )
         counter = backend.counter
         self._executes = counter(
             PREFIX + "executes_total", "execute() calls (batches from Triton)", self.labels

@@ -1,0 +1,152 @@
+"""A config written for Triton's native onnxruntime backend loads here with only the backend line changed,
+answers as in-process ONNX Runtime does, and reports its custom metrics on the metrics port."""
+
+from __future__ import annotations
+
+import shutil
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
+
+from client.triton_client import infer, reference_outputs
+from tests.paths import DEMO_MODEL_PY, SERVER_TOLERANCE, demo_onnx
+from triton_ort.testing.server import LocalTritonServer
+
+pytestmark = pytest.mark.integration
+
+# The one line a user changes in a native config ("onnxruntime"). "python" serves it through the generic
+# model.py copied into the version folder; a backend that needs no model.py is named here instead.
+BACKEND = "python"
+
+# Written in the native backend's vocabulary only: its parameters with their value formats, its graph
+# level, and its CUDA accelerator (applied where the instance lands on a GPU).
+NATIVE_CONFIG = """
+name: "{name}"
+backend: "{backend}"
+max_batch_size: 64
+input [ {{ name: "np_script_embeddings", data_type: TYPE_FP32, dims: [ 2010 ] }} ]
+output [ {{ name: "np_logits", data_type: TYPE_FP32, dims: [ 2 ] }} ]
+instance_group [ {{ kind: KIND_AUTO, count: 1 }} ]
+dynamic_batching {{ max_queue_delay_microseconds: 100 }}
+optimization {{
+  graph {{ level: 1 }}
+  execution_accelerators {{
+    gpu_execution_accelerator [ {{
+      name: "cuda"
+      parameters {{ key: "cudnn_conv_use_max_workspace" value: "1" }}
+      parameters {{ key: "use_ep_level_unified_stream" value: "0" }}
+    }} ]
+  }}
+}}
+parameters {{ key: "intra_op_thread_count" value: {{ string_value: "1" }} }}
+parameters {{ key: "inter_op_thread_count" value: {{ string_value: "1" }} }}
+parameters {{ key: "execution_mode" value: {{ string_value: "0" }} }}
+parameters {{ key: "enable_mem_arena" value: {{ string_value: "1" }} }}
+parameters {{ key: "enable_mem_pattern" value: {{ string_value: "1" }} }}
+parameters {{ key: "cudnn_conv_algo_search" value: {{ string_value: "1" }} }}
+parameters {{ key: "arena_extend_strategy" value: {{ string_value: "1" }} }}
+parameters {{ key: "gpu_mem_limit" value: {{ string_value: "4294967296" }} }}
+parameters {{ key: "memory.enable_memory_arena_shrinkage" value: {{ string_value: "cpu:0" }} }}
+"""
+
+
+def add_native_model(repository: Path, name: str, edit: tuple[str, str] = ("", "")) -> None:
+    """The native config as it is, or with one text edit (a bad value)."""
+    version = repository / name / "1"
+    version.mkdir(parents=True)
+    shutil.copy(demo_onnx(), version / "model.onnx")
+    if BACKEND == "python":
+        shutil.copy(DEMO_MODEL_PY, version / "model.py")
+    config = NATIVE_CONFIG.format(name=name, backend=BACKEND)
+    assert edit[0] in config
+    (repository / name / "config.pbtxt").write_text(config.replace(*edit) if edit[0] else config)
+
+
+@pytest.fixture(scope="module")
+def native_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServer]:
+    repository = tmp_path_factory.mktemp("native")
+    add_native_model(repository, "native")
+    add_native_model(
+        repository,
+        "native_trt_typo",
+        (
+            "gpu_execution_accelerator [",
+            'gpu_execution_accelerator [ { name: "tensorrt" parameters { key: '
+            '"precision_mode" value: "FP8" } },',
+        ),
+    )
+    add_native_model(repository, "native_bad_level", ("level: 1", "level: 7"))
+    with LocalTritonServer(repository, extra_args=["--model-control-mode=explicit"]) as server:
+        yield server
+
+
+def scrape(server: LocalTritonServer) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample on the metrics port, by name and labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def ours(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    wanted = set(labels.items())
+    found = [value for (n, series), value in samples.items() if n == name and wanted <= set(series)]
+    assert found, f"no {name} with labels {labels} on the metrics port"
+    return sum(found)
+
+
+def test_native_config_loads_and_answers_like_onnx_runtime(native_server: LocalTritonServer) -> None:
+    client = httpclient.InferenceServerClient(native_server.http_url)
+    client.load_model("native")
+    x = np.random.default_rng(7).standard_normal((6, 2010)).astype(np.float32)
+    got, _ = infer(client, "native", {"np_script_embeddings": x}, ["np_logits"])
+    want = reference_outputs(demo_onnx(), {"np_script_embeddings": x})
+    np.testing.assert_allclose(got["np_logits"], want["np_logits"], **SERVER_TOLERANCE)
+
+
+def test_custom_metrics_count_requests_rows_and_runs(native_server: LocalTritonServer) -> None:
+    client = httpclient.InferenceServerClient(native_server.http_url)
+    client.load_model("native")
+    labels = {"model": "native", "version": "1"}
+    before = scrape(native_server)
+    start = {
+        name: ours(before, name, **labels) if any(k[0] == name for k in before) else 0.0
+        for name in ("triton_ort_requests_total", "triton_ort_rows_total", "triton_ort_runs_total")
+    }
+    for rows in (1, 4, 7):
+        infer(client, "native", {"np_script_embeddings": np.ones((rows, 2010), np.float32)}, ["np_logits"])
+    after = scrape(native_server)
+    assert ours(after, "triton_ort_requests_total", **labels) - start["triton_ort_requests_total"] == 3
+    assert ours(after, "triton_ort_rows_total", **labels) - start["triton_ort_rows_total"] == 12
+    runs = ours(after, "triton_ort_runs_total", **labels) - start["triton_ort_runs_total"]
+    assert 1 <= runs <= 3  # requests that met in one execute were gathered into one run
+    assert ours(after, "triton_ort_run_seconds_total", **labels) > 0
+    assert ours(after, "triton_ort_cpu_fallback", **labels) == 0
+    instances = {dict(series)["instance"] for (n, series) in after if n == "triton_ort_executes_total"}
+    assert any(instance.startswith("native") for instance in instances), instances
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("native_trt_typo", "parameter 'precision_mode': 'FP8' is not one of FP32, FP16, BF16, INT8"),
+        ("native_bad_level", "optimization.graph.level: 7 is not one of -1 (basic), 0 (all), 1 (extended)"),
+    ],
+)
+def test_bad_native_values_fail_the_load_naming_them(
+    native_server: LocalTritonServer, model: str, expected: str
+) -> None:
+    client = httpclient.InferenceServerClient(native_server.http_url)
+    with pytest.raises(InferenceServerException) as caught:
+        client.load_model(model)
+    assert expected in str(caught.value)
+    assert client.is_server_live()
