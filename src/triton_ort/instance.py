@@ -178,6 +178,14 @@ class ModelInstance:
             for result in results
         ]
 
+    def close(self) -> None:
+        """At unload: send the metrics counts that are still waiting for their flush interval."""
+        if self.metrics is not None:
+            try:
+                self.metrics.flush()
+            except Exception as error:  # the server may already refuse; unloading must go on
+                LOGGER.warning("could not send the last metrics counts: %s", error)
+
     def log_execute(self, **steps_us: float) -> None:
         """The debug record of the last execute, with the adapter's own steps (µs) added."""
         if LOGGER.isEnabledFor(logging.DEBUG) and self.last_execute is not None:

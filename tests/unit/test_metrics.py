@@ -39,7 +39,7 @@ def test_unchanged_counters_are_not_sent() -> None:
     before = backend.calls
     metrics.record_execute(
         RunnerStats(ort_runs=1, ort_run_seconds=0.001), requests=1, rows=1, on_device=False
-    )
+    )  # the first execute is sent at once
     # executes, requests, rows, runs, run seconds: nothing for copies, placement (CPU) or arena shrinks
     assert backend.calls - before == 5
     assert backend.value("triton_ort_cpu_fallback") == 1
@@ -59,11 +59,48 @@ def test_cpu_instance_counts_executes_requests_rows_and_runs() -> None:
     requests = [{"np_script_embeddings": torch.rand(rows, 2010)} for rows in (3, 5)]
     instance.infer(requests)
     instance.infer(requests[:1])
+    instance.close()  # sends what waits for the flush interval
     assert backend.value("triton_ort_executes_total") == 2  # the warm-up run is not an execute
     assert backend.value("triton_ort_requests_total") == 3
     assert backend.value("triton_ort_rows_total") == 11
     assert backend.value("triton_ort_runs_total") == 2  # the two requests were gathered into one run
     assert backend.value("triton_ort_run_seconds_total") > 0
+
+
+def test_counts_within_the_flush_interval_wait_and_are_sent_together() -> None:
+    backend = InMemoryMetrics()
+    now = [100.0]
+    metrics = InstanceMetrics(backend, "demo", "1", "demo_0", flush_interval_s=1.0, clock=lambda: now[0])
+    metrics.loaded(RunnerStats(), cpu_fallback=False)
+    metrics.record_execute(RunnerStats(ort_runs=1), requests=1, rows=2, on_device=False)
+    sent = backend.calls
+    assert backend.value("triton_ort_requests_total", **LABELS) == 1
+    now[0] += 0.4
+    metrics.record_execute(RunnerStats(ort_runs=2), requests=3, rows=6, on_device=False)
+    now[0] += 0.4
+    metrics.record_execute(RunnerStats(ort_runs=3), requests=1, rows=1, on_device=False)
+    assert backend.calls == sent  # within the interval: nothing sent, no round trip
+    assert backend.value("triton_ort_requests_total", **LABELS) == 1
+    now[0] += 0.3
+    metrics.record_execute(RunnerStats(ort_runs=4), requests=2, rows=2, on_device=False)
+    # one increment per counter carries the three executes' sums
+    assert backend.calls - sent == 4  # executes, requests, rows, runs
+    assert backend.value("triton_ort_executes_total", **LABELS) == 4
+    assert backend.value("triton_ort_requests_total", **LABELS) == 7
+    assert backend.value("triton_ort_rows_total", **LABELS) == 11
+    assert backend.value("triton_ort_runs_total", **LABELS) == 4
+
+
+def test_unload_sends_what_is_still_waiting() -> None:
+    backend = InMemoryMetrics()
+    metrics = InstanceMetrics(backend, "demo", "1", "demo_0", flush_interval_s=3600.0)
+    metrics.loaded(RunnerStats(), cpu_fallback=False)
+    metrics.record_execute(RunnerStats(ort_runs=1), requests=1, rows=1, on_device=False)
+    metrics.record_execute(RunnerStats(ort_runs=2), requests=2, rows=5, on_device=False)
+    assert backend.value("triton_ort_requests_total", **LABELS) == 1
+    metrics.flush()  # ModelInstance.close() at finalize
+    assert backend.value("triton_ort_requests_total", **LABELS) == 3
+    assert backend.value("triton_ort_rows_total", **LABELS) == 6
 
 
 class _FakeFamily:

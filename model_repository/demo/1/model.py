@@ -124,4 +124,5 @@ class TritonPythonModel:
             return responses
 
     def finalize(self) -> None:
+        self.instance.close()
         del self.instance
