@@ -58,6 +58,7 @@ ADMIN_HEADER = "triton-ort-admin"
 ZERO_COPY_BACKEND = "onnxruntime_zerocopy"
 
 WORKDIR_PREFIX = "triton_ort_server_"
+FAILED_LOG_PREFIX = "tritonserver_failed_start_"
 SHM_DIR = Path("/dev/shm")
 # Triton's own drain bound: after SIGTERM it waits this long for in-flight requests, then exits anyway.
 EXIT_TIMEOUT_S = 10
@@ -478,7 +479,7 @@ class LocalTritonServer:
         log = self.log()
         kept = self._log_path
         if kept is None or not kept.exists():
-            descriptor, name = tempfile.mkstemp(prefix="tritonserver_failed_start_", suffix=".log")
+            descriptor, name = tempfile.mkstemp(prefix=FAILED_LOG_PREFIX, suffix=".log")
             with os.fdopen(descriptor, "w") as out:
                 out.write(log)
             kept = self._log_path = Path(name)
