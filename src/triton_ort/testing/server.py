@@ -225,7 +225,8 @@ def _records(log: str) -> list[list[str]]:
     """The log split into records: a glog line with its continuation lines, or one plain line."""
     records: list[list[str]] = []
     for line in log.splitlines():
-        if _GLOG_HEADER.match(line) or not records or not line.strip() or line.startswith(("+", "|")):
+        starts = _GLOG_HEADER.match(line) or _FATAL.match(line) or line.startswith(("+", "|"))
+        if starts or not records or not line.strip():
             records.append([_GLOG_HEADER.sub("", line)])
         else:
             records[-1].append(line)
