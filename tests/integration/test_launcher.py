@@ -280,6 +280,19 @@ def test_a_missing_file_fails_within_seconds_naming_its_path(tiny: Path, missing
     assert str(tiny / "tiny" / "1" / missing) in str(caught.value)
 
 
+def test_make_run_names_the_missing_file_first(tiny: Path) -> None:
+    """`make run` runs client.smoke --local: a broken repository fails in seconds, its cause first."""
+    (tiny / "tiny" / "1" / "model.py").unlink()
+    smoke = [sys.executable, "-m", "client.smoke", "--local", f"--model-repository={tiny}", "--model=tiny"]
+    done = subprocess.run(smoke, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[:2] == [
+        "model repository check failed:",
+        f"model 'tiny': {tiny / 'tiny' / '1' / 'model.py'} is missing (backend \"python\" runs the "
+        'model.py of the version folder; backend "onnxruntime_zerocopy" needs none)',
+    ], done.stderr
+
+
 def test_normal_stop_leaves_no_folder_and_no_shared_memory(
     tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
