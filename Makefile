@@ -83,9 +83,15 @@ models: $(DEMO_ONNX) ## export the demo model to ONNX (deterministic)
 run: models ## start the local tritonserver, check one HTTP and one gRPC answer against in-process ORT, stop
 	$(PYTHON) -m client.smoke --local --model-repository model_repository --model demo
 
+# make serve HTTP_PORT=18000 GRPC_PORT=18001 METRICS_PORT=18002: another set of ports (all on 127.0.0.1).
+HTTP_PORT ?= 8000
+GRPC_PORT ?= 8001
+METRICS_PORT ?= 8002
+
 .PHONY: serve
-serve: models ## run the local tritonserver in the foreground on $(MODEL_REPOSITORY) (ports 8000/8001/8002)
-	$(PYTHON) -m triton_ort.testing.server --model-repository $(MODEL_REPOSITORY)
+serve: models ## run the local tritonserver in the foreground on $(MODEL_REPOSITORY) (HTTP_PORT/GRPC_PORT/METRICS_PORT, default 8000/8001/8002)
+	$(PYTHON) -m triton_ort.testing.server --model-repository $(MODEL_REPOSITORY) \
+		--http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 .PHONY: bench
 bench: $(VENV_STAMP) ## benchmark ours against the floor, naive and PyTriton anchors (results/, plot)

@@ -7,6 +7,21 @@ Python 3.8-3.11; 0.7.0 bundles 2.51 with a 3.12 stub. What the python-backend st
 hard way: it ignores PYTHONPATH and takes sys.prefix from the first `python3` on PATH (so this venv's bin
 goes first); it needs libpython's directory and nvidia_pytriton.libs on LD_LIBRARY_PATH; and the backend
 directory must hold the stub built for the running Python minor version.
+
+The launcher never leaves a server behind:
+- SIGTERM, SIGINT and SIGHUP to the CLI stop tritonserver gracefully (SIGTERM: Triton drains for
+  --exit-timeout-secs), then SIGKILL its process group after a bound; a second signal kills at once.
+- tritonserver runs in its own session (a terminal's Ctrl-C or a harness's killpg reaches the launcher
+  only, which stops the server in order), and is bound to the launcher with Linux's PR_SET_PDEATHSIG:
+  when the launcher dies, even by SIGKILL, the kernel sends tritonserver SIGTERM. The kernel sends it when
+  the *thread* that started the server exits, so start servers from a thread that outlives them.
+- The temporary work folder (backend directory, log) and the python backend's shared-memory regions
+  (a unique shm-region-prefix-name per server) are removed on every stop; a failed start keeps its log
+  file and names it.
+Readiness counts only while our own process lives and its own log says that its own services started on
+our ports, then /v2/health/ready answers: another server on the same ports is never mistaken for ours.
+Before starting, the model repository is checked (config.pbtxt, version folder, model.py, ONNX file) so
+that a missing file fails in a second, naming its path, instead of after Triton's load timeouts.
 """
 
 from __future__ import annotations
@@ -14,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -28,14 +44,49 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
+
+from google.protobuf import text_format
+from google.protobuf.message import DecodeError
+from tritonclient.grpc import model_config_pb2
 
 # Header that unlocks the restricted APIs (logging, trace); its value is LocalTritonServer.admin_key.
 ADMIN_HEADER = "triton-ort-admin"
 
+# The Python-based backend that serves an ONNX file with this project's model.py from the backend
+# directory: a model folder that names it holds no model.py of its own.
+ZERO_COPY_BACKEND = "onnxruntime_zerocopy"
+
+WORKDIR_PREFIX = "triton_ort_server_"
+FAILED_LOG_PREFIX = "tritonserver_failed_start_"
+SHM_DIR = Path("/dev/shm")
+# Triton's own drain bound: after SIGTERM it waits this long for in-flight requests, then exits anyway.
+EXIT_TIMEOUT_S = 10
+
+# Triton's log lines this launcher reads (stable across 2.41 and 2.51: core/src/model_lifecycle.cc,
+# server/src/grpc/grpc_server.cc, server/src/http_server.cc). Release-specific wording lives here only.
+SERVICE_STARTED = {
+    "grpc": "Started GRPCInferenceService at {address}:{port}",
+    "http": "Started HTTPService at {address}:{port}",
+    "metrics": "Started Metrics Service at {address}:{port}",
+}
+_GLOG_HEADER = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w.]+:\d+\] ")
+_LOAD_FAILED = re.compile(r"failed to load '(?P<model>[^']+)' version (?P<version>\d+): (?P<message>.*)")
+_POLL_FAILED = re.compile(r"Poll failed for model directory '(?P<model>[^']+)': (?P<message>.*)")
+_IN_USE = re.compile(r"already in use")
+_FATAL = re.compile(r"^error: (?P<message>.*)")
+# Lines after a load error's first line that still belong to it (the model's own detail lines), up to
+# the python backend's "At:" traceback or the next log record.
+_DETAIL_LINES = 6
+
 
 class ServerStartError(RuntimeError):
-    """tritonserver did not become ready; the message carries its log."""
+    """tritonserver did not become ready; the message starts with the cause, then names the log file."""
+
+    def __init__(self, message: str, log_path: Path | None = None, port_conflict: bool = False) -> None:
+        super().__init__(message)
+        self.log_path = log_path
+        self.port_conflict = port_conflict
 
 
 def _pytriton_paths() -> tuple[Path, Path]:
@@ -57,9 +108,176 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something listens on (or holds) host:port. SO_REUSEADDR as servers set it, so a port that
+    only lingers in TIME_WAIT after a previous server counts as free."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 def gpu_present() -> bool:
     """Whether this host has an NVIDIA GPU, i.e. whether KIND_AUTO instances will resolve to KIND_GPU."""
     return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+# --- the model repository, checked before tritonserver starts -------------------------------------------
+
+
+def _option_values(args: Sequence[str], name: str) -> list[str]:
+    """Values of a tritonserver option given as `--name=value` or `--name value`."""
+    values = []
+    for index, arg in enumerate(args):
+        if arg.startswith(f"{name}="):
+            values.append(arg.split("=", 1)[1])
+        elif arg == name and index + 1 < len(args):
+            values.append(args[index + 1])
+    return values
+
+
+def models_loaded_at_start(server_args: Sequence[str]) -> list[str] | None:
+    """The model folders Triton loads at startup: None for all of them, or under explicit model control
+    only the --load-model ones."""
+    modes = _option_values(server_args, "--model-control-mode")
+    if not modes or modes[-1] != "explicit":
+        return None
+    named = _option_values(server_args, "--load-model")
+    return None if "*" in named else named
+
+
+def _versions_to_load(model_dir: Path, config: model_config_pb2.ModelConfig) -> tuple[list[Path], str]:
+    """(version folders Triton's version_policy selects, problem or '')."""
+    numbered = sorted((int(p.name), p) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    if not numbered:
+        return [], f"{model_dir} has no version folder (expected e.g. {model_dir / '1'}/)"
+    policy = config.version_policy
+    if policy.HasField("all"):
+        return [p for _, p in numbered], ""
+    if policy.HasField("specific"):
+        present = dict(numbered)
+        missing = [v for v in policy.specific.versions if v not in present]
+        if missing:
+            return [], f"{model_dir}: version_policy names versions {missing}, which have no folder"
+        return [present[v] for v in policy.specific.versions], ""
+    latest = policy.latest.num_versions if policy.HasField("latest") else 1
+    return [p for _, p in numbered[-max(latest, 1) :]], ""
+
+
+def check_model(model_dir: Path) -> list[str]:
+    """What is missing from one model folder, each problem naming the path it expected."""
+    config_path = model_dir / "config.pbtxt"
+    if not config_path.is_file():
+        return [f"model '{model_dir.name}': {config_path} is missing (it names the backend and the tensors)"]
+    try:
+        config = text_format.Parse(config_path.read_text(), model_config_pb2.ModelConfig())
+    except (text_format.ParseError, DecodeError, UnicodeDecodeError) as error:
+        return [f"model '{model_dir.name}': {config_path} is not a valid model configuration: {error}"]
+    versions, problem = _versions_to_load(model_dir, config)
+    if problem:
+        return [f"model '{model_dir.name}': {problem}"]
+    if config.backend not in ("python", ZERO_COPY_BACKEND):
+        return []  # other backends check their own files
+    problems = []
+    onnx_parameter = config.parameters.get("onnx_file")
+    onnx_file = onnx_parameter.string_value if onnx_parameter is not None else "model.onnx"
+    for version in versions:
+        if config.backend == "python":
+            model_py = version / (config.default_model_filename or "model.py")
+            if not model_py.is_file():
+                problems.append(
+                    f"model '{model_dir.name}': {model_py} is missing (backend \"python\" runs the "
+                    f'model.py of the version folder; backend "{ZERO_COPY_BACKEND}" needs none)'
+                )
+        onnx_path = version / onnx_file
+        if not onnx_path.is_file():
+            problems.append(
+                f"model '{model_dir.name}': ONNX file {onnx_path} is missing "
+                f"(parameter onnx_file={onnx_file!r}{'' if onnx_parameter is not None else ', the default'})"
+            )
+    return problems
+
+
+def check_repository(repository: Path, models: Sequence[str] | None = None) -> None:
+    """Raise ServerStartError listing every model folder that Triton could not load for a missing or
+    unreadable file; `models`: only these folders (default: all)."""
+    if not repository.is_dir():
+        raise ServerStartError(f"model repository {repository} is not a directory")
+    names = models if models is not None else sorted(p.name for p in repository.iterdir() if p.is_dir())
+    problems = []
+    for name in names:
+        model_dir = repository / name
+        if not model_dir.is_dir():
+            problems.append(f"model '{name}': {model_dir} does not exist (named by --load-model)")
+        else:
+            problems.extend(check_model(model_dir))
+    if problems:
+        raise ServerStartError("model repository check failed:\n" + "\n".join(problems))
+
+
+# --- tritonserver's log -------------------------------------------------------------------------------
+
+
+def _records(log: str) -> list[list[str]]:
+    """The log split into records: a glog line with its continuation lines, or one plain line."""
+    records: list[list[str]] = []
+    for line in log.splitlines():
+        starts = _GLOG_HEADER.match(line) or _FATAL.match(line) or line.startswith(("+", "|"))
+        if starts or not records or not line.strip():
+            records.append([_GLOG_HEADER.sub("", line)])
+        else:
+            records[-1].append(line)
+    return records
+
+
+def _with_detail(first: str, rest: list[str]) -> str:
+    detail = []
+    for line in rest:
+        if not line.strip() or line.strip() == "At:":
+            break
+        detail.append(line.rstrip())
+    return "\n".join([first, *detail[:_DETAIL_LINES]])
+
+
+def load_errors(log: str) -> list[str]:
+    """The causes of a failed start, most specific first: each model's own load error (once per model),
+    a port already in use, then Triton's final `error: ...` line."""
+    found: dict[str, str] = {}
+    ports, fatal = [], []
+    for first, *rest in _records(log):
+        if failed := _LOAD_FAILED.search(first):
+            key = failed["model"]
+            what = f"model '{key}' version {failed['version']} failed to load: {failed['message']}"
+            found.setdefault(key, _with_detail(what, rest))
+        elif polled := _POLL_FAILED.search(first):
+            found.setdefault(
+                polled["model"], _with_detail(f"model '{polled['model']}': {polled['message']}", rest)
+            )
+        elif _IN_USE.search(first):
+            ports.append(first.strip())
+        elif error := _FATAL.match(first):
+            fatal.append(f"tritonserver: {error['message']}")
+    return [*found.values(), *dict.fromkeys(ports), *fatal[-1:]]
+
+
+# --- the launcher -------------------------------------------------------------------------------------
+
+# Run by the launcher's child instead of tritonserver itself: asks the kernel for SIGTERM when the
+# launcher dies (prctl(PR_SET_PDEATHSIG) survives execve), checks that the launcher did not die before
+# that request (then nobody would send it), and execs tritonserver in place (same pid). A separate
+# interpreter, not Popen's preexec_fn, which may deadlock when the launcher has threads.
+_EXEC_BOUND_TO_LAUNCHER = """
+import ctypes, os, signal, sys
+PR_SET_PDEATHSIG = 1
+if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
+    sys.exit("prctl(PR_SET_PDEATHSIG) failed: " + os.strerror(ctypes.get_errno()))
+if os.getppid() != int(sys.argv[1]):
+    sys.exit("the launcher exited before tritonserver started")
+os.execv(sys.argv[2], sys.argv[2:])
+"""
 
 
 @dataclass
@@ -77,8 +295,15 @@ class LocalTritonServer:
     """Per-GPU pool that carries GPU tensors between server and stub; size it for the tensors in flight."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment for the server and its stubs (e.g. TRITON_ORT_LOG_LEVEL=DEBUG)."""
+    log_file: Path | None = None
+    """Where the server log goes and stays; by default in the work folder, removed at stop (kept and
+    named when the start fails)."""
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
     _workdir: Path | None = field(default=None, init=False)
+    _log_path: Path | None = field(default=None, init=False)
+    _final_log: str | None = field(default=None, init=False, repr=False)
+    shm_prefix: str = field(default_factory=lambda: f"triton_ort_{uuid.uuid4().hex[:8]}_", init=False)
+    """The python backend's shared-memory regions are /dev/shm/<shm_prefix>*; removed at stop."""
     admin_key: str = field(default_factory=lambda: secrets.token_hex(16), init=False, repr=False)
     """Value of ADMIN_HEADER that the logging and trace APIs require (random per server)."""
 
@@ -92,11 +317,15 @@ class LocalTritonServer:
 
     @property
     def log_path(self) -> Path:
-        assert self._workdir is not None
-        return self._workdir / "tritonserver.log"
+        assert self._log_path is not None, "the server has not started"
+        return self._log_path
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self._workdir else ""
+        if self._final_log is not None:
+            return self._final_log
+        if self._log_path is None or not self._log_path.exists():
+            return ""
+        return self._log_path.read_text(errors="replace")
 
     def _prepare_backend(self, dist: Path) -> Path:
         """A backend directory holding the python backend and the stub for this Python."""
@@ -134,10 +363,11 @@ class LocalTritonServer:
             f"--metrics-port={self.metrics_port}",
             "--http-address=127.0.0.1",
             "--grpc-address=127.0.0.1",
-            # A unique shared-memory prefix lets several servers (tests, benchmarks) run side by side.
-            f"--backend-config=python,shm-region-prefix-name=triton_ort_{uuid.uuid4().hex[:8]}_",
+            # A unique shared-memory prefix lets several servers (tests, benchmarks) run side by side, and
+            # names exactly the regions this server's stop removes (python_backend: shm-region-prefix-name).
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             f"--log-verbose={self.log_verbose}",
-            "--exit-timeout-secs=10",
+            f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
             # Triton 23.12 lets any client that reaches a port point the server's log and trace files at
             # any path (created, then appended to): those APIs answer only requests carrying our header.
             f"--http-restricted-api=logging,trace:{ADMIN_HEADER}={self.admin_key}",
@@ -149,25 +379,84 @@ class LocalTritonServer:
             args.append(f"--cuda-memory-pool-byte-size=0:{self.cuda_memory_pool_bytes}")
         return [*args, *self.extra_args]
 
+    def _ports(self) -> dict[str, int]:
+        """The services this server starts, with their ports (--allow-<service>=false turns one off)."""
+        ports = {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}
+        return {
+            service: port
+            for service, port in ports.items()
+            if _option_values(self.extra_args, f"--allow-{service}")[-1:] not in (["false"], ["0"])
+        }
+
+    def _check_ports(self) -> None:
+        for service, port in self._ports().items():
+            if port_in_use(port):
+                raise ServerStartError(
+                    f"{service} port {port} on 127.0.0.1 is already in use by another process (another "
+                    f"tritonserver?); choose another (--{service}-port, make serve "
+                    f"{service.upper()}_PORT=...)",
+                    port_conflict=True,
+                )
+
     def start(self) -> LocalTritonServer:
-        dist, libs = _pytriton_paths()
-        self._workdir = Path(tempfile.mkdtemp(prefix="triton_ort_server_"))
-        backend_dir = self._prepare_backend(dist)
-        self.http_port = self.http_port or free_port()
-        self.grpc_port = self.grpc_port or free_port()
-        self.metrics_port = self.metrics_port or free_port()
-        with open(self.log_path, "wb") as log_file:
-            self.process = subprocess.Popen(
-                self.command(dist, backend_dir),
-                env=self._environment(libs),
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # Ctrl-C in a terminal reaches us, and we stop it in order
-            )
-        self._wait_ready()
+        """Check the repository and ports, start tritonserver and wait until it is ready. Ports left at 0
+        are picked free; if another process takes one first, the start is retried on fresh ports."""
+        check_repository(self.model_repository, models_loaded_at_start(self.extra_args))
+        requested = (self.http_port, self.grpc_port, self.metrics_port)
+        for attempt in range(3):
+            self.http_port, self.grpc_port, self.metrics_port = (p or free_port() for p in requested)
+            try:
+                return self._start_once()
+            except ServerStartError as error:
+                if not (error.port_conflict and 0 in requested and attempt < 2):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> LocalTritonServer:
+        self._final_log = None
+        try:
+            self._check_ports()
+            dist, libs = _pytriton_paths()
+            self._workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+            self._log_path = self.log_file or self._workdir / "tritonserver.log"
+            backend_dir = self._prepare_backend(dist)
+            command = self.command(dist, backend_dir)
+            if sys.platform.startswith("linux"):
+                command = [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-c",
+                    _EXEC_BOUND_TO_LAUNCHER,
+                    str(os.getpid()),
+                    *command,
+                ]
+            with open(self._log_path, "wb") as log_file:
+                self.process = subprocess.Popen(
+                    command,
+                    env=self._environment(libs),
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # Ctrl-C in a terminal reaches us, and we stop it in order
+                )
+            self._wait_ready()
+        except BaseException:
+            # a failed start, or a signal while starting: nothing may stay behind
+            self.stop()
+            raise
         return self
 
+    def _services_started(self, log: str) -> bool:
+        return all(
+            SERVICE_STARTED[service].format(address="127.0.0.1", port=port) in log
+            for service, port in self._ports().items()
+        )
+
     def is_ready(self) -> bool:
+        """Our own tritonserver is alive, its log shows its services started on our ports, and it
+        answers /v2/health/ready."""
+        if self.process is None or self.process.poll() is not None or not self._services_started(self.log()):
+            return False
         try:
             with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as reply:
                 return bool(reply.status == 200)
@@ -186,22 +475,60 @@ class LocalTritonServer:
         self._fail(f"tritonserver was not ready after {self.startup_timeout_s:.0f} s")
 
     def _fail(self, reason: str) -> None:
-        log = self.log()
+        """Stop, keep the log file, and raise with the model's own error first."""
         self.stop()
-        raise ServerStartError(f"{reason}; its log:\n{log}")
+        log = self.log()
+        kept = self._log_path
+        if kept is None or not kept.exists():
+            descriptor, name = tempfile.mkstemp(prefix=FAILED_LOG_PREFIX, suffix=".log")
+            with os.fdopen(descriptor, "w") as out:
+                out.write(log)
+            kept = self._log_path = Path(name)
+        causes = load_errors(log)
+        summary = (
+            "\n".join(causes)
+            if causes
+            else "no load error in the log; its last lines:\n" + "\n".join(log.splitlines()[-15:])
+        )
+        raise ServerStartError(
+            f"{summary}\n({reason}; full log: {kept})",
+            log_path=kept,
+            port_conflict=any(_IN_USE.search(cause) for cause in causes),
+        )
+
+    def kill(self) -> None:
+        """SIGKILL tritonserver and its stubs (its process group) at once."""
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
-        """SIGTERM (Triton drains in-flight requests), then SIGKILL if it does not exit in time."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        return self.process.returncode
+        """SIGTERM (Triton drains in-flight requests), then SIGKILL if it does not exit in time; then
+        remove its stubs if any outlived it, its shared-memory regions and its work folder."""
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGTERM)
+                try:
+                    self.process.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    self.kill()
+            if self._workdir is not None:  # first stop after this start: stubs share the server's group
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+        self._clean_up()
+        return self.process.returncode if self.process is not None else None
+
+    def _clean_up(self) -> None:
+        for region in SHM_DIR.glob(f"{self.shm_prefix}*"):
+            region.unlink(missing_ok=True)
+        if self._workdir is None:
+            return
+        self._final_log = self.log()
+        if self._log_path is not None and self._log_path.is_relative_to(self._workdir):
+            self._log_path = None
+        shutil.rmtree(self._workdir, ignore_errors=True)
+        self._workdir = None
 
     def __enter__(self) -> LocalTritonServer:
         return self.start()
@@ -218,6 +545,21 @@ def running_server(model_repository: Path, **kwargs: object) -> Iterator[LocalTr
         yield server
 
 
+# --- the CLI ------------------------------------------------------------------------------------------
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class _StopRequested(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _request_stop(signum: int, frame: FrameType | None) -> None:
+    raise _StopRequested(signum)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Serve a model repository with the local tritonserver.")
     parser.add_argument(
@@ -227,6 +569,7 @@ def main() -> None:
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
     parser.add_argument("--log-verbose", type=int, default=0)
+    parser.add_argument("--log-file", type=Path, help="keep the server log here (default: removed at stop)")
     parser.add_argument("extra", nargs="*", help="more tritonserver arguments, after --")
     args = parser.parse_args()
     server = LocalTritonServer(
@@ -236,22 +579,34 @@ def main() -> None:
         args.metrics_port,
         args.extra,
         log_verbose=args.log_verbose,
+        log_file=args.log_file,
     )
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _request_stop)
+    code = 0
     try:
         server.start()
-    except ServerStartError as error:
-        sys.exit(str(error))
-    print(f"tritonserver ready: HTTP {server.http_url}, gRPC {server.grpc_url}; log {server.log_path}")
-    print("Ctrl-C stops it.", flush=True)
-    try:
+        print(
+            f"tritonserver ready: HTTP {server.http_url}, gRPC {server.grpc_url}, metrics "
+            f"127.0.0.1:{server.metrics_port}; pid {server.process.pid if server.process else '?'}; "
+            f"log {server.log_path}\nCtrl-C stops it.",
+            flush=True,
+        )
         assert server.process is not None
-        server.process.wait()
-    except KeyboardInterrupt:
-        print("stopping tritonserver ...", flush=True)
+        code = server.process.wait()
+        print(f"tritonserver exited by itself with code {code}; its log ends:", file=sys.stderr)
+        print("\n".join(server.log().splitlines()[-20:]), file=sys.stderr)
+        code = code or 1
+    except _StopRequested as stop:
+        print(f"{stop}: stopping tritonserver (at most {EXIT_TIMEOUT_S} s of draining) ...", flush=True)
+    except ServerStartError as error:
+        print(error, file=sys.stderr)
+        code = 1
     finally:
-        code = server.stop()
-        print(server.log()[-4000:])
-    sys.exit(0 if code in (0, -signal.SIGTERM, None) else code)
+        for signum in STOP_SIGNALS:  # a second signal while stopping: kill at once
+            signal.signal(signum, lambda signum, frame: server.kill())
+        server.stop(timeout_s=EXIT_TIMEOUT_S + 20)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

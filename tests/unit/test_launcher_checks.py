@@ -1,0 +1,156 @@
+"""The launcher's pure parts: the model repository pre-flight and the reading of tritonserver's log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from triton_ort.testing.server import (
+    ZERO_COPY_BACKEND,
+    ServerStartError,
+    check_model,
+    check_repository,
+    load_errors,
+    models_loaded_at_start,
+)
+
+
+def model_folder(
+    repository: Path,
+    backend: str,
+    files: tuple[str, ...],
+    versions: tuple[str, ...] = ("1",),
+    **config: object,
+) -> Path:
+    folder = repository / "m"
+    message = model_config_pb2.ModelConfig(name="m", backend=backend, **config)  # type: ignore[arg-type]
+    folder.mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(text_format.MessageToString(message))
+    for version in versions:
+        (folder / version).mkdir()
+        for name in files:
+            (folder / version / name).write_bytes(b"")
+    return folder
+
+
+def test_a_complete_python_model_passes(tmp_path: Path) -> None:
+    assert check_model(model_folder(tmp_path, "python", ("model.py", "model.onnx"))) == []
+
+
+def test_the_zero_copy_backend_needs_no_model_py_only_the_onnx_file(tmp_path: Path) -> None:
+    assert check_model(model_folder(tmp_path, ZERO_COPY_BACKEND, ("model.onnx",))) == []
+    (tmp_path / "m" / "1" / "model.onnx").unlink()
+    assert check_model(tmp_path / "m") == [
+        f"model 'm': ONNX file {tmp_path / 'm' / '1' / 'model.onnx'} is missing "
+        "(parameter onnx_file='model.onnx', the default)"
+    ]
+
+
+def test_the_onnx_file_named_by_the_parameter_is_the_one_checked(tmp_path: Path) -> None:
+    parameters = {"onnx_file": model_config_pb2.ModelParameter(string_value="net.onnx")}
+    folder = model_folder(tmp_path, "python", ("model.py", "model.onnx"), parameters=parameters)
+    (problem,) = check_model(folder)
+    assert str(folder / "1" / "net.onnx") in problem and "onnx_file='net.onnx'" in problem
+
+
+def test_a_missing_model_py_names_its_path_and_the_backend_that_needs_none(tmp_path: Path) -> None:
+    (problem,) = check_model(model_folder(tmp_path, "python", ("model.onnx",)))
+    assert str(tmp_path / "m" / "1" / "model.py") in problem and ZERO_COPY_BACKEND in problem
+
+
+def test_only_the_versions_triton_loads_are_checked(tmp_path: Path) -> None:
+    folder = model_folder(tmp_path, "python", (), versions=("1",))
+    (folder / "2").mkdir()
+    for name in ("model.py", "model.onnx"):
+        (folder / "2" / name).write_bytes(b"")
+    assert check_model(folder) == []  # latest(1) is version 2, which is complete
+
+
+def test_no_version_folder_and_no_config_are_named(tmp_path: Path) -> None:
+    folder = model_folder(tmp_path, "python", (), versions=())
+    assert check_model(folder) == [
+        f"model 'm': {folder} has no version folder (expected e.g. {folder / '1'}/)"
+    ]
+    (folder / "config.pbtxt").unlink()
+    (problem,) = check_model(folder)
+    assert str(folder / "config.pbtxt") in problem and "missing" in problem
+
+
+def test_an_unparsable_config_names_the_file_and_the_protobuf_error(tmp_path: Path) -> None:
+    folder = model_folder(tmp_path, "python", ("model.py", "model.onnx"))
+    (folder / "config.pbtxt").write_text('name: "m"\nbackend: "python"\nmax_batch_sise: 8\n')
+    (problem,) = check_model(folder)
+    assert str(folder / "config.pbtxt") in problem and "max_batch_sise" in problem
+
+
+def test_the_repository_check_lists_every_problem(tmp_path: Path) -> None:
+    model_folder(tmp_path, "python", ("model.onnx",))
+    with pytest.raises(
+        ServerStartError, match=r"(?s)^model repository check failed:\n.*model\.py is missing"
+    ):
+        check_repository(tmp_path)
+    with pytest.raises(ServerStartError, match="does not exist"):
+        check_repository(tmp_path, ["other"])
+    check_repository(tmp_path, [])  # explicit model control, nothing loaded at start
+
+
+@pytest.mark.parametrize(
+    ("args", "loaded"),
+    [
+        ([], None),
+        (["--model-control-mode=explicit"], []),
+        (["--model-control-mode", "explicit", "--load-model=demo", "--load-model", "b"], ["demo", "b"]),
+        (["--model-control-mode=explicit", "--load-model=*"], None),
+        (["--model-control-mode=poll"], None),
+    ],
+)
+def test_models_loaded_at_start(args: list[str], loaded: list[str] | None) -> None:
+    assert models_loaded_at_start(args) == loaded
+
+
+# Excerpts of a real tritonserver 2.41 log (a config.pbtxt that disagrees with its ONNX file).
+MISMATCH_LOG = "\n".join(
+    [
+        "I1130 13:16:02.531555 26745 python_be.cc:2363] TRITONBACKEND_ModelInstanceInitialize: mismatch_0_0",
+        "E1130 13:16:05.793226 26745 backend_model.cc:635] ERROR: Failed to create instance: boom",
+        "E1130 13:16:05.793486 26745 model_lifecycle.cc:621] failed to load 'mismatch' version 1: Internal: "
+        "TritonModelException: model 'mismatch' failed to load: config.pbtxt does not match the ONNX file:",
+        "  - input 'x': axis 1 is 15 in config.pbtxt but 16 in the ONNX file (config dims should be [16])",
+        "",
+        "At:",
+        "  /tmp/r/mismatch/1/model.py(96): initialize",
+        "",
+        "I1130 13:16:05.793508 26745 model_lifecycle.cc:756] failed to load 'mismatch'",
+        "I1130 13:16:05.793748 26745 server.cc:676] ",
+        "+----------+---------+------------------------------------------------------+",
+        "| Model    | Version | Status                                               |",
+        "+----------+---------+------------------------------------------------------+",
+        "| mismatch | 1       | UNAVAILABLE: Internal: TritonModelException: model ' |",
+        "+----------+---------+------------------------------------------------------+",
+        "",
+        "E1130 13:16:05.803948 26745 model_lifecycle.cc:621] failed to load 'mismatch' version 1: again",
+        "error: creating server: Internal - failed to load all models",
+    ]
+)
+
+
+def test_the_model_error_comes_first_with_its_detail_and_without_the_traceback() -> None:
+    assert load_errors(MISMATCH_LOG) == [
+        "model 'mismatch' version 1 failed to load: Internal: TritonModelException: model 'mismatch' "
+        "failed to load: config.pbtxt does not match the ONNX file:\n"
+        "  - input 'x': axis 1 is 15 in config.pbtxt but 16 in the ONNX file (config dims should be [16])",
+        "tritonserver: creating server: Internal - failed to load all models",
+    ]
+
+
+def test_a_port_in_use_is_reported() -> None:
+    log = (
+        "E1130 13:40:01.000001 1 main.cc:245] failed to start GRPC service: Unavailable - Socket "
+        "'127.0.0.1:8001' already in use\n"
+    )
+    assert load_errors(log) == [
+        "failed to start GRPC service: Unavailable - Socket '127.0.0.1:8001' already in use"
+    ]
