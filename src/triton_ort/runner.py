@@ -351,7 +351,7 @@ class IOBindingRunner:
                 # Through torch's cached pinned host memory: the DMA runs at full speed and asynchronously
                 # on the current stream; torch keeps the pinned block until that copy has completed.
                 return tensor.contiguous().pin_memory().to(self.device, non_blocking=True)
-        elif tensor.device.type == "cuda":
+        elif self.device.type == "cuda" and tensor.device.type == "cuda":
             # On another GPU (e.g. a CUDA-shm region the client registered there): one peer copy, ordered
             # by torch with the current streams of both devices.
             self.stats.device_to_device_copies += 1
