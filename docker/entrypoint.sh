@@ -4,7 +4,8 @@
 # e.g. `docker run ... triton-ort/server:23.12 /opt/triton-ort/entrypoint.sh --log-verbose=1`.
 #
 # Settings (environment):
-#   TRITON_MODEL_REPOSITORY          /models          read-only model repository
+#   TRITON_MODEL_REPOSITORY          /models          read-only model repository: a folder, or s3://,
+#                                                     gs://, as:// (docs/kubernetes.md)
 #   TRITON_CUDA_MEMORY_POOL_BYTES    268435456        Triton's CUDA memory pool per GPU. GPU tensors between
 #                                                     server and stub travel through it; too small and the
 #                                                     backend falls back to slower per-buffer CUDA IPC
@@ -37,7 +38,8 @@ stub_timeout=${TRITON_PYTHON_STUB_TIMEOUT_S:-120}
 exit_timeout=${TRITON_EXIT_TIMEOUT_S:-30}
 admin_key=${TRITON_ADMIN_KEY:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
 
-if [[ ! -d "$model_repository" ]]; then
+# A repository on object storage (s3://, gs://, as://) is fetched by tritonserver itself.
+if [[ "$model_repository" != *://* && ! -d "$model_repository" ]]; then
     echo "entrypoint: model repository $model_repository does not exist" >&2
     exit 2
 fi

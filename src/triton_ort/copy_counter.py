@@ -1,8 +1,8 @@
-"""Count host<->device copies with CUPTI (through torch.profiler): a debug mode for proving zero-copy.
+"""Count memory copies with CUPTI (through torch.profiler): a debug mode for proving zero-copy.
 
 Set TRITON_ORT_COUNT_COPIES=1 in the server's environment: every execute() is then profiled and the number
-of memcpy activities between host and device is logged. Profiling costs milliseconds per execute, so it is
-off unless asked for.
+of memcpy activities between host and device, and between devices, is logged. Profiling costs
+milliseconds per execute, so it is off unless asked for.
 """
 
 from __future__ import annotations
@@ -19,6 +19,11 @@ from .stats import log_records
 
 LOGGER = logging.getLogger(__name__)
 CUPTI_MARKER = "host<->device copies (CUPTI): "
+DEVICE_COPIES_MARKER = "device<->device copies (CUPTI): "
+# CUPTI's memcpy kinds as torch.profiler names them ("Memcpy DtoD (Device -> Device)"): DtoD within one
+# GPU, PtoP between two GPUs (peer to peer).
+HOST_DEVICE_KINDS = ("HtoD", "DtoH")
+DEVICE_DEVICE_KINDS = ("DtoD", "PtoP")
 
 
 def copy_counting_enabled() -> bool:
@@ -26,8 +31,10 @@ def copy_counting_enabled() -> bool:
 
 
 @contextlib.contextmanager
-def count_host_device_copies(enabled: bool) -> Iterator[None]:
-    """Log 'host<->device copies (CUPTI): N' for the code run inside, when enabled."""
+def count_host_device_copies(enabled: bool, device: torch.device | None = None) -> Iterator[None]:
+    """Log 'host<->device copies (CUPTI): N' and 'device<->device copies (CUPTI): N' for the code run
+    inside, when enabled. `device`: the GPU to synchronise before counting (the instance's; None would be
+    the current device)."""
     if not enabled:
         yield
         return
@@ -35,12 +42,20 @@ def count_host_device_copies(enabled: bool) -> Iterator[None]:
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
         yield
-        torch.cuda.synchronize()
-    names = [e.name for e in profiler.events() if "HtoD" in e.name or "DtoH" in e.name]
-    counts = {direction: sum(direction in name for name in names) for direction in ("HtoD", "DtoH")}
-    LOGGER.info("%s%s %s", CUPTI_MARKER, json.dumps(counts), sorted(set(names)))
+        torch.cuda.synchronize(device if device is not None and device.type == "cuda" else None)
+    names = [e.name for e in profiler.events() if e.name.startswith("Memcpy ")]
+    for marker, kinds in ((CUPTI_MARKER, HOST_DEVICE_KINDS), (DEVICE_COPIES_MARKER, DEVICE_DEVICE_KINDS)):
+        counts = {kind: sum(f"Memcpy {kind} " in name for name in names) for kind in kinds}
+        LOGGER.info(
+            "%s%s %s", marker, json.dumps(counts), sorted({n for n in names if any(k in n for k in kinds)})
+        )
 
 
 def cupti_counts_from_log(text: str) -> list[dict[str, int]]:
-    """The per-execute counts logged above, in order: {'HtoD': n, 'DtoH': m}."""
+    """The per-execute host<->device counts logged above, in order: {'HtoD': n, 'DtoH': m}."""
     return log_records(text, CUPTI_MARKER)
+
+
+def device_copy_counts_from_log(text: str) -> list[dict[str, int]]:
+    """The per-execute device<->device counts logged above, in order: {'DtoD': n, 'PtoP': m}."""
+    return log_records(text, DEVICE_COPIES_MARKER)

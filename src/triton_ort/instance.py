@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,35 @@ LOGGER = logging.getLogger(__name__)
 
 
 def _new_stream(device_id: int) -> torch.cuda.Stream:
-    """The stream this instance computes on: torch's copies and ORT's kernels are both queued on it."""
+    """The stream this instance computes on: torch's copies and ORT's kernels are both queued on it.
+
+    The instance's device also becomes this process's current device (the python backend runs one stub
+    process per instance). Otherwise CUDA device 0 stays current, and the first call that switches back to
+    it creates a CUDA context there (cudaSetDevice initialises the primary context since CUDA 12): leaving
+    `torch.cuda.stream(...)` restores the previous device's stream through torch.cuda.set_stream, which
+    sets that device. Measured on a 2-GPU host: 518-770 MiB on GPU 0 per stub serving GPU 1
+    (docs/kubernetes.md, "Several GPUs per pod").
+    """
     if not torch.cuda.is_available():
         raise ProviderError(
             f"this is a GPU instance (device {device_id}) but torch sees no CUDA device "
             f"(torch {torch.__version__}); install a CUDA build of torch in the python backend's environment"
         )
+    if device_id >= torch.cuda.device_count():
+        raise ProviderError(
+            f"this GPU instance is for device {device_id}, but this process sees "
+            f"{torch.cuda.device_count()} CUDA device(s); check instance_group gpus and CUDA_VISIBLE_DEVICES"
+        )
+    torch.cuda.set_device(device_id)
     return torch.cuda.Stream(device=device_id)  # type: ignore[no-untyped-call]
+
+
+@contextlib.contextmanager
+def _on_stream(stream: torch.cuda.Stream) -> Iterator[None]:
+    """The instance's device and stream current for the code inside; on leaving, the previous stream is
+    restored on this same device, so no other device is ever made current (and given a context)."""
+    with torch.cuda.device(stream.device), torch.cuda.stream(stream):
+        yield
 
 
 def cpu_threads_per_instance(model_config: Mapping[str, Any]) -> int:
@@ -140,7 +162,7 @@ class ModelInstance:
         self.runner.begin_execute()  # the previous execute's outputs have left through Triton
         debug = LOGGER.isEnabledFor(logging.DEBUG)
         before = self.runner.stats.snapshot() if debug else None
-        stream_context = torch.cuda.stream(self._stream) if self._stream else contextlib.nullcontext()
+        stream_context = _on_stream(self._stream) if self._stream else contextlib.nullcontext()
         with stream_context:
             results = run_requests(self.runner, requests, self.options.gather_requests)
             self._shrink_arena_after_failure()

@@ -265,7 +265,9 @@ class IOBindingRunner:
         if len(preallocated) != len(self.outputs):
             produced = self._binding.get_outputs()
             outputs = {
-                spec.name: preallocated[spec.name] if spec.name in preallocated else _ortvalue_to_torch(value)
+                spec.name: preallocated[spec.name]
+                if spec.name in preallocated
+                else _ortvalue_to_torch(value, self.device)
                 for spec, value in zip(self.outputs, produced, strict=True)
             }
         if not to_host:
@@ -357,6 +359,10 @@ class IOBindingRunner:
                 # Through torch's cached pinned host memory: the DMA runs at full speed and asynchronously
                 # on the current stream; torch keeps the pinned block until that copy has completed.
                 return tensor.contiguous().pin_memory().to(self.device, non_blocking=True)
+        elif self.device.type == "cuda" and tensor.device.type == "cuda":
+            # On another GPU (e.g. a CUDA-shm region the client registered there): one peer copy, ordered
+            # by torch with the current streams of both devices.
+            self.stats.device_to_device_copies += 1
         return tensor.to(self.device).contiguous()
 
     def _pointer(self, tensor: torch.Tensor) -> int:
@@ -434,14 +440,15 @@ class _CudaGraphs:
         return fixed
 
 
-def _ortvalue_to_torch(value: Any) -> torch.Tensor:
+def _ortvalue_to_torch(value: Any, device: torch.device) -> torch.Tensor:
     """An ORT-allocated output as a torch tensor that keeps the OrtValue alive, without a host copy."""
     c_value = value._ortvalue if hasattr(value, "_ortvalue") else value
     if hasattr(c_value, "to_dlpack"):
         return torch.utils.dlpack.from_dlpack(c_value.to_dlpack())
     if value.device_name().lower() == "cpu":
         return torch.from_numpy(value.numpy())
-    return torch.as_tensor(_CudaArray(value), device="cuda")
+    # The session's own device: a bare "cuda" would mean the current device, and a copy to it.
+    return torch.as_tensor(_CudaArray(value), device=device)
 
 
 class _CudaArray:

@@ -38,6 +38,8 @@ class RunnerStats:
     ort_runs: int = 0
     host_to_device_copies: int = 0
     device_to_host_copies: int = 0
+    device_to_device_copies: int = 0
+    """Inputs that arrived on another GPU than the session's."""
     binds: int = 0
     """IO binding calls made; a run whose pointers and shapes are unchanged makes none."""
     host_output_runs: int = 0
@@ -66,6 +68,7 @@ class ExecuteStats:
     device_to_host_copies: int
     outputs_on_host: bool
     steps_us: dict[str, float] = field(default_factory=dict)
+    device_to_device_copies: int = 0
 
     @classmethod
     def between(
@@ -88,6 +91,7 @@ class ExecuteStats:
             host_to_device_copies=after.host_to_device_copies - before.host_to_device_copies,
             device_to_host_copies=after.device_to_host_copies - before.device_to_host_copies,
             outputs_on_host=after.host_output_runs > before.host_output_runs,
+            device_to_device_copies=after.device_to_device_copies - before.device_to_device_copies,
             steps_us={**{k: round(v * 1e6, 1) for k, v in runner_steps.items()}, **steps_us},
         )
 

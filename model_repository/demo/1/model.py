@@ -104,7 +104,7 @@ class TritonPythonModel:
         self.count_copies = copy_counting_enabled()  # debug mode: TRITON_ORT_COUNT_COPIES=1
 
     def execute(self, requests: list[pb_utils.InferenceRequest]) -> list[pb_utils.InferenceResponse]:
-        with count_host_device_copies(self.count_copies):
+        with count_host_device_copies(self.count_copies, self.instance.device):
             started = time.perf_counter()
             parsed: list[dict[str, torch.Tensor] | Exception] = []
             for request in requests:
