@@ -20,7 +20,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from .errors import ProviderError
+from .errors import ConfigError, ProviderError
 from .options import ModelOptions
 
 LOGGER = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ def preload_cuda_libraries() -> None:
 def create_session(model_path: Path, options: ModelOptions, placement: Placement) -> ort.InferenceSession:
     """A session on `placement`; a GPU session without a working CUDA EP fails here, with a diagnosis."""
     if not model_path.is_file():
-        raise ProviderError(
+        raise ConfigError(
             f"ONNX file {model_path} does not exist (parameter onnx_file={options.onnx_file!r})"
         )
     providers: list[str | tuple[str, dict[str, str]]] = [CPU_EP]
