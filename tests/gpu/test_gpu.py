@@ -22,7 +22,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from tests import graphs
-from tests.paths import demo_onnx, read_config, write_config
+from tests.paths import demo_onnx, pin_one_instance, read_config, write_config
 from tests.repository import build_test_repository
 from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
 from triton_ort.copy_counter import cupti_counts_from_log
@@ -186,10 +186,14 @@ def _with_placement(repository: Path, name: str, placement: str) -> None:
     write_config(repository / name, config)
 
 
-def _wait_for(read: Callable[[], list[T]], count: int, timeout_s: float = 20.0) -> list[T]:
-    """The log is written by another process: wait until `count` records are there."""
+def _wait_for(read: Callable[[], list[T]], count: int, what: str, timeout_s: float = 20.0) -> list[T]:
+    """The log is written by another process, and a stub's log messages reach it after its responses
+    (they travel through the backend's log queue): wait, bounded, until `count` records are there."""
     deadline = time.monotonic() + timeout_s
-    while len(found := read()) < count and time.monotonic() < deadline:
+    while len(found := read()) < count:
+        assert time.monotonic() < deadline, (
+            f"{len(found)} of {count} {what} records in {timeout_s} s: {found}"
+        )
         time.sleep(0.1)
     return found
 
@@ -234,6 +238,9 @@ def test_cuda_shm_requests_through_tritonserver_copy_only_what_the_output_placem
 
     repository = build_test_repository(tmp_path / "repository")
     _with_placement(repository, "demo_device", "device")
+    # One instance each: the records are read in request order, and two stubs' log lines may interleave.
+    for model in ("demo", "demo_device"):
+        pin_one_instance(repository / model)
     x = np.random.default_rng(0).standard_normal((64, 2010)).astype(np.float32)
     want = reference_outputs(demo_onnx(), {"np_script_embeddings": x})["np_logits"]
     debug = {"TRITON_ORT_LOG_LEVEL": "DEBUG", "TRITON_ORT_COUNT_COPIES": "1"}
@@ -249,8 +256,8 @@ def test_cuda_shm_requests_through_tritonserver_copy_only_what_the_output_placem
         answers["demo numpy"] = infer(client, "demo", {"np_script_embeddings": x}, ["np_logits"])[0][
             "np_logits"
         ]
-        executes = _wait_for(lambda: ExecuteStats.from_log(server.log()[loaded:]), 3)
-        cupti = _wait_for(lambda: cupti_counts_from_log(server.log()[loaded:]), 3)
+        executes = _wait_for(lambda: ExecuteStats.from_log(server.log()[loaded:]), 3, "execute")
+        cupti = _wait_for(lambda: cupti_counts_from_log(server.log()[loaded:]), 3, "CUPTI count")
         log = server.log()
         concurrent = _concurrent_answers_are_right(server.grpc_url, ("demo", "demo_device"))
     print("\n".join(line for line in log.splitlines() if "triton_ort" in line or "model.py" in line))
