@@ -11,31 +11,31 @@ ones must get their correct answers. After every case the server must still be r
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from numpy.typing import NDArray
 
-from client.triton_client import reference_outputs
 from tests.paths import DEMO_MAX_BATCH, SERVER_TOLERANCE, demo_onnx
-from tests.reliability.support import (
-    DEMO_INPUT,
-    DEMO_OUTPUT,
+from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, assert_demo_answer, measured
+from triton_ort.testing.reference import reference_outputs
+from triton_ort.testing.releases import ErrorCode, Release
+from triton_ort.testing.server import LocalTritonServer
+from triton_ort.testing.transport import (
     Answer,
-    assert_demo_answer,
+    RawTensor,
+    Tensors,
     binary_body,
     grpc_raw,
     http_raw,
-    measured,
-    new_batches,
     statistics,
     tritonclient_infer,
 )
-from triton_ort.testing.releases import ErrorCode, Release
-from triton_ort.testing.server import LocalTritonServer
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,7 @@ X = RNG.standard_normal((2, 2010)).astype(np.float32)
 PROTOCOLS = ("http", "grpc")
 
 
-def _multi_io(rows: int = 1) -> dict[str, np.ndarray]:
+def _multi_io(rows: int = 1) -> dict[str, NDArray[Any]]:
     return {
         "a": RNG.standard_normal((rows, 3)).astype(np.float16),
         "b": RNG.integers(-9, 9, (rows, 4)).astype(np.int64),
@@ -72,7 +72,10 @@ class BadCase:
         return frozenset({status}), self.says
 
 
-def _tc(protocol: str, model: str, inputs: list, outputs: list[str] | None = None) -> Callable:
+Send = Callable[[LocalTritonServer], Answer]
+
+
+def _tc(protocol: str, model: str, inputs: Tensors, outputs: list[str] | None = None) -> Send:
     def send(server: LocalTritonServer) -> Answer:
         url = server.http_url if protocol == "http" else server.grpc_url
         return tritonclient_infer(protocol, url, model, inputs, outputs)
@@ -80,15 +83,15 @@ def _tc(protocol: str, model: str, inputs: list, outputs: list[str] | None = Non
     return send
 
 
-def _json(model: str, body: bytes | dict, headers: dict[str, str] | None = None) -> Callable:
+def _json(model: str, body: bytes | dict[str, Any], headers: dict[str, str] | None = None) -> Send:
     return lambda server: http_raw(server.http_url, model, body, headers)
 
 
-def _grpc(model: str, tensors: list[tuple[str, list[int], str, bytes]]) -> Callable:
+def _grpc(model: str, tensors: list[RawTensor]) -> Send:
     return lambda server: grpc_raw(server.grpc_url, model, tensors)
 
 
-def _json_demo(shape: list[int], data: list, datatype: str = "FP32", copies: int = 1) -> dict:
+def _json_demo(shape: list[int], data: list[Any], datatype: str = "FP32", copies: int = 1) -> dict[str, Any]:
     return {"inputs": [{"name": DEMO_INPUT, "shape": shape, "datatype": datatype, "data": data}] * copies}
 
 
@@ -100,7 +103,7 @@ def _tritonclient_cases() -> list[BadCase]:
         def case(
             name: str,
             model: str,
-            inputs: list,
+            inputs: Tensors,
             says: tuple[str, ...],
             outputs: list[str] | None = None,
             code: ErrorCode = "INVALID_ARG",
@@ -389,7 +392,9 @@ def test_payload_of_the_wrong_length_is_refused(
 # --- requests that reach model.py, in one execute() with good neighbours ------------------------------
 
 
-def _send_together(server: LocalTritonServer, model: str, requests: list[list], outputs: list[str]) -> list:
+def _send_together(
+    server: LocalTritonServer, model: str, requests: Sequence[Tensors], outputs: list[str]
+) -> list[Answer]:
     """Concurrent requests (alternating HTTP and gRPC); returns the answers and the new batches."""
     before = statistics(server.http_url, model)
     with ThreadPoolExecutor(len(requests)) as pool:
@@ -406,8 +411,8 @@ def _send_together(server: LocalTritonServer, model: str, requests: list[list], 
         ]
         answers = [f.result() for f in futures]
     after = statistics(server.http_url, model)
-    executions = after["executions"] - before["executions"]
-    batches = new_batches(before, after)
+    executions = after.executions - before.executions
+    batches = after.new_batches(before)
     measured(f"{model}: {len(requests)} concurrent requests ran in {executions} execute() call(s): {batches}")
     assert executions < len(requests), f"nothing was batched: {executions} executions, {batches}"
     assert httpclient.InferenceServerClient(server.http_url).is_server_ready()
@@ -490,13 +495,13 @@ def test_malformed_requests_do_not_disturb_the_batch_they_arrive_with(
     server: LocalTritonServer, release: Release
 ) -> None:
     xs = [RNG.standard_normal((2, 2010)).astype(np.float32) for _ in range(6)]
-    bad = [
+    bad: list[Tensors] = [
         [(DEMO_INPUT, xs[0].astype(np.float64))],
         [(DEMO_INPUT, np.zeros((2, 2011), np.float32))],
         [(DEMO_INPUT, np.zeros((DEMO_MAX_BATCH + 1, 2010), np.float32))],
         [(DEMO_INPUT, np.full((1, 2010), b"1", dtype=np.object_), "BYTES")],
     ]
-    requests = [[(DEMO_INPUT, x)] for x in xs[:3]] + bad + [[(DEMO_INPUT, x)] for x in xs[3:]]
+    requests: list[Tensors] = [[(DEMO_INPUT, x)] for x in xs[:3]] + bad + [[(DEMO_INPUT, x)] for x in xs[3:]]
     answers = _send_together(server, "demo_batched", requests, [DEMO_OUTPUT])
     good = answers[:3] + answers[3 + len(bad) :]
     for x, answer in zip(xs, good, strict=True):

@@ -16,20 +16,15 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from client.soak import descendants, rss_bytes, stub_processes
-from tests.paths import SERVER_TOLERANCE, read_config, write_config
-from tests.reliability.support import (
-    DEMO_INPUT,
-    DEMO_OUTPUT,
-    Answer,
-    demo_reference,
-    measured,
-    tritonclient_infer,
-    wait_for,
-)
-from tests.reliability_repository import build_demo_repository
+from tests.paths import SERVER_TOLERANCE
+from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, demo_reference, measured
+from tests.repository import build_demo_repository
+from triton_ort.testing.processes import alive, descendants, rss_bytes, stub_processes, zombies
 from triton_ort.testing.releases import server_release
+from triton_ort.testing.repository import read_config, write_config
 from triton_ort.testing.server import LocalTritonServer
+from triton_ort.testing.transport import Answer, tritonclient_infer
+from triton_ort.testing.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -124,18 +119,6 @@ class Load:
         return Counter(e.outcome for e in self.events if e.started >= since)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
-def _zombies(server_pid: int) -> list[int]:
-    return [pid for pid in descendants(server_pid) if not _alive(pid) and Path(f"/proc/{pid}").exists()]
-
-
 def _answered_since(load: Load, moment: float) -> bool:
     return any(e.outcome == "ok" and e.started > moment for e in load.events)
 
@@ -162,8 +145,9 @@ def test_killed_stub_fails_clearly_and_is_restarted_where_the_release_does(demo_
         killed_at = time.monotonic()
         os.kill(killed, signal.SIGKILL)
         try:
+            process = server.process
             wait_for(
-                lambda: server.process.poll() is not None
+                lambda: process.poll() is not None
                 or _answered_since(load, killed_at)
                 or (not release.restarts_killed_stub and _refused_since(load, killed_at) >= 50),
                 90,
@@ -187,14 +171,13 @@ def test_killed_stub_fails_clearly_and_is_restarted_where_the_release_does(demo_
         stubs_after = stub_processes(server_pid)
         if release.restarts_killed_stub:
             stubs_after = wait_for(lambda: stub_processes(server_pid), 30)
-        zombies = _zombies(server_pid)
+        unreaped = zombies(server_pid)
         log = server.log()
     failures = [e for e in load.events if e.outcome != "ok" and e.finished > killed_at]
     assert hung == [], f"{len(hung)} client threads never got an answer"
     assert load.outcomes()["wrong"] == 0
     assert failures, "no request failed after the kill: the stub was not killed under load"
     assert all(e.outcome == "error" and "is not healthy" in e.detail for e in failures), failures[:5]
-    assert zombies == [], f"unreaped processes under tritonserver: {zombies}"
     assert live, "tritonserver stopped answering its health endpoint after the stub died"
     assert killed not in stubs_after
     if not release.restarts_killed_stub:
@@ -204,7 +187,8 @@ def test_killed_stub_fails_clearly_and_is_restarted_where_the_release_does(demo_
         )
         assert not _answered_since(load, killed_at + 1), "answered after the kill without a restart"
         assert stubs_after == {}, stubs_after
-        return
+        return  # the dead stub stays unreaped until the model unloads (nothing restarts it to reap it)
+    assert unreaped == [], f"unreaped processes under tritonserver: {unreaped}"
     assert _answered_since(load, killed_at), (
         f"no answer within 90 s of the kill; since then: "
         f"{dict(Counter((e.outcome, e.detail[:90]) for e in load.events if e.finished > killed_at))}"
@@ -242,7 +226,7 @@ def test_unload_and_load_under_explicit_model_control_leak_no_process(demo_repos
             old_stubs = list(stub_processes(server_pid))
             client.unload_model("demo")
             wait_for(lambda: not client.is_model_ready("demo"), 60)
-            wait_for(lambda stubs=old_stubs: not any(_alive(pid) for pid in stubs), 60)
+            wait_for(lambda: not any(alive(pid) for pid in old_stubs), 60)  # noqa: B023 (called at once)
             assert stub_processes(server_pid) == {}
             refused = tritonclient_infer("http", server.http_url, "demo", [(DEMO_INPUT, x)])
             assert refused.status == release.status("http", "NOT_FOUND") and "demo" in refused.message, (
@@ -256,14 +240,14 @@ def test_unload_and_load_under_explicit_model_control_leak_no_process(demo_repos
             np.testing.assert_allclose(answer.outputs[DEMO_OUTPUT], want, **SERVER_TOLERANCE)
             server_rss.append(rss_bytes(server_pid))
         processes_after = len(descendants(server_pid))
-        zombies = _zombies(server_pid)
+        unreaped = zombies(server_pid)
     growth = server_rss[-1] - server_rss[0]
     measured(
         f"3 unload/load cycles: processes under tritonserver {processes_before} -> {processes_after}; "
         f"tritonserver RSS after each load {[round(r / MiB, 1) for r in server_rss]} MiB"
     )
     assert processes_after == processes_before
-    assert zombies == []
+    assert unreaped == []
     assert growth < 32 * MiB, f"tritonserver grew {growth / MiB:.1f} MiB over two reloads"
 
 
@@ -306,4 +290,4 @@ def test_sigterm_with_requests_in_flight_finishes_them_and_hangs_nothing(demo_re
     assert load.outcomes()["wrong"] == 0
     assert answered_after, "nothing in flight was answered after the signal: Triton did not drain"
     assert unclear == [], unclear[:5]
-    assert not any(_alive(pid) for pid in stubs), "a stub outlived tritonserver"
+    assert not any(alive(pid) for pid in stubs), "a stub outlived tritonserver"

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from triton_ort.testing.releases import release_for
+from triton_ort.testing.releases import ErrorCode, release_for
 
 
 def test_http_answers_every_error_400_up_to_2_41_and_by_error_code_after() -> None:
     old, new = release_for("2.41.0"), release_for("2.51.0")
-    assert {old.status("http", code) for code in ("INVALID_ARG", "INTERNAL", "NOT_FOUND")} == {"400"}
-    assert [new.status("http", c) for c in ("INVALID_ARG", "INTERNAL", "NOT_FOUND", "UNAVAILABLE")] == [
+    codes: tuple[ErrorCode, ...] = ("INVALID_ARG", "INTERNAL", "NOT_FOUND", "UNAVAILABLE")
+    assert {old.status("http", code) for code in codes} == {"400"}
+    assert [new.status("http", code) for code in codes] == [
         "400",
         "500",
         "404",
@@ -31,5 +32,5 @@ def test_stub_restart_and_byte_size_check_change_at_2_47() -> None:
 
 
 def test_a_version_that_is_not_a_version_is_refused_naming_it() -> None:
-    with pytest.raises(ValueError, match="'twenty' is not MAJOR.MINOR"):
+    with pytest.raises(ValueError, match=r"'twenty' is not MAJOR\.MINOR"):
         release_for("twenty")
