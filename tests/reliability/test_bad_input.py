@@ -11,6 +11,7 @@ ones must get their correct answers. After every case the server must still be r
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,16 +20,18 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from numpy.typing import NDArray
 
 from tests.paths import DEMO_MAX_BATCH, SERVER_TOLERANCE, demo_onnx
 from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, assert_demo_answer, measured
+from tests.repository import MULTI_IO
+from triton_ort.testing.malformed import malformed_requests
 from triton_ort.testing.reference import reference_outputs
 from triton_ort.testing.releases import ErrorCode, Release
 from triton_ort.testing.server import LocalTritonServer
 from triton_ort.testing.transport import (
     Answer,
     RawTensor,
+    TensorMeta,
     Tensors,
     binary_body,
     grpc_raw,
@@ -44,14 +47,6 @@ X = RNG.standard_normal((2, 2010)).astype(np.float32)
 PROTOCOLS = ("http", "grpc")
 
 
-def _multi_io(rows: int = 1) -> dict[str, NDArray[Any]]:
-    return {
-        "a": RNG.standard_normal((rows, 3)).astype(np.float16),
-        "b": RNG.integers(-9, 9, (rows, 4)).astype(np.int64),
-        "c": RNG.integers(0, 2, (rows, 2)).astype(bool),
-    }
-
-
 @dataclass(frozen=True)
 class BadCase:
     """A malformed request, the Triton error code it must get (None: answered), and what the message says.
@@ -63,6 +58,7 @@ class BadCase:
     send: Callable[[LocalTritonServer], Answer]
     code: ErrorCode | None
     says: tuple[str, ...]
+    pattern: re.Pattern[str] | None = None
     per_release: Callable[[Release], tuple[frozenset[str], tuple[str, ...]]] | None = None
 
     def expected(self, release: Release) -> tuple[frozenset[str], tuple[str, ...]]:
@@ -96,92 +92,31 @@ def _json_demo(shape: list[int], data: list[Any], datatype: str = "FP32", copies
 
 
 def _tritonclient_cases() -> list[BadCase]:
+    """The shared catalogue (triton_ort.testing.malformed) for the demo and multi_io, over both protocols,
+    and what only a name can get wrong: an unknown output, an unknown model."""
+    models = {
+        "demo": ([TensorMeta(DEMO_INPUT, "FP32", (-1, 2010))], DEMO_MAX_BATCH),
+        "multi_io": (
+            [TensorMeta(t.name, t.data_type, (-1, *t.dims)) for t in MULTI_IO.inputs],
+            MULTI_IO.max_batch_size,
+        ),
+    }
     cases = []
-    multi = _multi_io()
     for protocol in PROTOCOLS:
-
-        def case(
-            name: str,
-            model: str,
-            inputs: Tensors,
-            says: tuple[str, ...],
-            outputs: list[str] | None = None,
-            code: ErrorCode = "INVALID_ARG",
-            protocol: str = protocol,
-        ) -> None:
-            send = _tc(protocol, model, inputs, outputs)
-            cases.append(BadCase(f"{protocol}-{name}", protocol, send, code, says))
-
-        expected_shape = f"unexpected shape for input '{DEMO_INPUT}' for model 'demo'. Expected [-1,2010]"
-        case(
-            "wrong_dtype",
-            "demo",
-            [(DEMO_INPUT, X.astype(np.float64))],
-            (f"inference input '{DEMO_INPUT}' data-type is 'FP64', but model 'demo' expects 'FP32'",),
+        for model, (metas, max_batch_size) in models.items():
+            for bad in malformed_requests(model, metas, max_batch_size, seed=7):
+                send = _tc(protocol, model, bad.inputs)
+                cases.append(
+                    BadCase(f"{protocol}-{model}-{bad.kind}", protocol, send, bad.code, (), bad.says)
+                )
+        unknown_output = _tc(protocol, "demo", [(DEMO_INPUT, X)], ["nope"])
+        says_output = ("unexpected inference output 'nope' for model 'demo'",)
+        cases.append(
+            BadCase(f"{protocol}-unknown_output", protocol, unknown_output, "INVALID_ARG", says_output)
         )
-        case("wrong_rank", "demo", [(DEMO_INPUT, X[np.newaxis])], (expected_shape, "got [1,2,2010]"))
-        case(
-            "wrong_inner_dims",
-            "demo",
-            [(DEMO_INPUT, np.zeros((2, 2000), np.float32))],
-            (expected_shape, "got [2,2000]"),
-        )
-        case(
-            "missing_input",
-            "multi_io",
-            [("a", multi["a"]), ("b", multi["b"])],
-            ("expected 3 inputs but got 2 inputs for model 'multi_io'",),
-        )
-        case(
-            "unknown_input",
-            "multi_io",
-            [("a", multi["a"]), ("b", multi["b"]), ("bogus", multi["c"])],
-            ("unexpected inference input 'bogus' for model 'multi_io'",),
-        )
-        case(
-            "extra_input",
-            "demo",
-            [(DEMO_INPUT, X), ("bogus", X)],
-            ("expected 1 inputs but got 2 inputs for model 'demo'",),
-        )
-        case(
-            "duplicate_input",
-            "demo",
-            [(DEMO_INPUT, X), (DEMO_INPUT, X)],
-            (f"input '{DEMO_INPUT}' already exists in request",),
-        )
-        case(
-            "batch_above_max_batch_size",
-            "demo",
-            [(DEMO_INPUT, np.zeros((DEMO_MAX_BATCH + 1, 2010), np.float32))],
-            (f"inference request batch-size must be <= {DEMO_MAX_BATCH} for 'demo'",),
-        )
-        case(
-            "bytes_for_numeric_input",
-            "demo",
-            [(DEMO_INPUT, np.full((2, 2010), b"0.5", dtype=np.object_), "BYTES")],
-            (f"inference input '{DEMO_INPUT}' data-type is 'BYTES', but model 'demo' expects 'FP32'",),
-        )
-        case(
-            "inputs_disagree_on_batch_size",
-            "multi_io",
-            [("a", _multi_io(2)["a"]), ("b", _multi_io(3)["b"]), ("c", _multi_io(2)["c"])],
-            ("input 'b' batch size does not match other inputs for 'multi_io'",),
-        )
-        case(
-            "unknown_output",
-            "demo",
-            [(DEMO_INPUT, X)],
-            ("unexpected inference output 'nope' for model 'demo'",),
-            outputs=["nope"],
-        )
-        case(
-            "unknown_model",
-            "no_such_model",
-            [(DEMO_INPUT, X)],
-            ("Request for unknown model: 'no_such_model' is not found",),
-            code="NOT_FOUND",
-        )
+        unknown_model = _tc(protocol, "no_such_model", [(DEMO_INPUT, X)])
+        says_model = ("Request for unknown model: 'no_such_model' is not found",)
+        cases.append(BadCase(f"{protocol}-unknown_model", protocol, unknown_model, "NOT_FOUND", says_model))
     return cases
 
 
@@ -337,6 +272,10 @@ def test_malformed_request_gets_a_clear_error_and_its_neighbours_their_answers(
     assert answer.status in statuses, f"{case.id}: {answer.status} {answer.message}"
     for fragment in says:
         assert fragment in answer.message, f"{case.id}: {fragment!r} not in {answer.message!r}"
+    if case.pattern is not None:
+        assert case.pattern.search(answer.message), (
+            f"{case.id}: {case.pattern.pattern!r} not in {answer.message!r}"
+        )
     for future, x in zip(good, neighbours, strict=True):
         assert_demo_answer(future.result(), x)
     assert httpclient.InferenceServerClient(server.http_url).is_server_ready()
