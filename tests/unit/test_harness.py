@@ -3,12 +3,14 @@ process readings, the reference comparison."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import tritonclient.http as httpclient
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
@@ -19,6 +21,7 @@ from triton_ort.testing.processes import alive, descendants, rss_bytes, zombies
 from triton_ort.testing.reference import compare
 from triton_ort.testing.repository import read_config, write_config
 from triton_ort.testing.transport import TensorMeta, infer_inputs
+from triton_ort.testing.waiting import wait_for
 
 
 def test_spec_renders_a_config_triton_parses_back(tmp_path: Path) -> None:
@@ -59,24 +62,32 @@ def test_catalogue_breaks_each_request_the_way_its_kind_says() -> None:
 
 
 def test_process_readings_follow_a_real_process_tree() -> None:
-    # A child that starts a grandchild and leaves it unreaped once it has exited.
     parent = subprocess.Popen(
-        [sys.executable, "-c", "import subprocess, time; subprocess.Popen(['true']); time.sleep(30)"]
+        [sys.executable, "-c", "import subprocess; subprocess.run(['sleep', '120'])"], start_new_session=True
     )
     try:
-        grandchildren = []
-        for _ in range(100):
-            grandchildren = descendants(parent.pid)
-            if grandchildren and not alive(grandchildren[0]):
-                break
-            time.sleep(0.05)
-        assert len(grandchildren) == 1
-        assert zombies(parent.pid) == grandchildren
-        assert alive(parent.pid) and rss_bytes(parent.pid) > 0
+        # bounded: the child interpreter may take seconds to start on a loaded machine
+        [grandchild] = wait_for(lambda: descendants(parent.pid), 60, "the grandchild")
+        assert psutil.Process(grandchild).name() == "sleep"
+        assert alive(grandchild) and rss_bytes(parent.pid) > 0
+        assert zombies(parent.pid) == []
     finally:
-        parent.kill()
+        os.killpg(parent.pid, signal.SIGKILL)
         parent.wait()
     assert descendants(parent.pid) == [] and rss_bytes(parent.pid) == 0
+
+
+def test_an_exited_child_nobody_waited_for_is_a_zombie() -> None:
+    # SIGCHLD left at its default (a sandbox may ignore it, and then the kernel reaps children itself).
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        child = subprocess.Popen(["true"])
+        wait_for(lambda: not alive(child.pid), 60, "the child's exit")
+        assert child.pid in zombies(os.getpid())
+        child.wait()
+        assert child.pid not in zombies(os.getpid())
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
 
 
 def test_compare_says_what_differs_and_lets_nan_match_nan() -> None:

@@ -62,7 +62,8 @@ def malformed_requests(
         )
     add(
         "wrong_rank",
-        [WireTensor(first.name, first.array[np.newaxis], first.datatype), *others],
+        # a trailing axis: the batch axis stays equal to the other inputs' (else that error comes first)
+        [WireTensor(first.name, first.array[..., np.newaxis], first.datatype), *others],
         f"unexpected shape for input '{name}' for model {quoted}",
     )
     add(
