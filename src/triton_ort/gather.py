@@ -106,8 +106,8 @@ def run_one(runner: IOBindingRunner, tensors: Tensors) -> Result:
 def _run_gathered(runner: IOBindingRunner, group: Sequence[Tensors]) -> list[Result] | None:
     """One ORT run for the whole group, split back; None when it cannot be split or failed."""
     rows = [next(iter(tensors.values())).shape[0] for tensors in group]
-    joint = {name: torch.cat([runner.to_device(tensors[name]) for tensors in group]) for name in group[0]}
-    try:
+    try:  # the joint inputs too may not fit (device memory): then each request runs, and fails, alone
+        joint = {name: torch.cat([runner.to_device(tensors[name]) for tensors in group]) for name in group[0]}
         outputs = runner.run(joint, validated=True)  # its members were validated one by one
     except Exception as error:
         LOGGER.info("gathered run of %d requests failed (%s); running them one by one", len(group), error)
