@@ -124,6 +124,19 @@ lint: $(VENV_STAMP) ## ruff and mypy
 test: models lint docker-lint ## lint (code and docker/), unit and integration tests (GPU tests need CUDA)
 	$(PYTHON) -m pytest -q tests
 
+# The tiers, each under pytest-timeout (a limit per test, so a hung server fails the test instead of CI).
+.PHONY: test-unit
+test-unit: $(ENV_READY) ## unit tests only: the library and the harness, no server (seconds)
+	$(PYTHON) -m pytest -q --timeout=60 tests/unit
+
+.PHONY: test-integration
+test-integration: models ## integration tests: the real tritonserver through tritonclient (about a minute)
+	$(PYTHON) -m pytest -q --timeout=300 tests/integration
+
+.PHONY: test-reliability
+test-reliability: models ## reliability tests: malformed requests, faults, load on the real server (minutes)
+	$(PYTHON) -m pytest -q --timeout=600 tests/reliability
+
 .PHONY: test-gpu
 test-gpu: models ## the GPU tests alone (on a CUDA host)
 	$(PYTHON) -m pytest -q -m gpu tests

@@ -39,11 +39,11 @@ import torch
 import tritonclient.grpc as grpcclient
 
 from client.load import Workload, load_in_processes, request_workers
-from client.triton_client import compare
+from triton_ort.testing.reference import compare
+from triton_ort.testing.transport import STAGES, ModelStatistics
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = {"demo": 100, "mlp1024": 256, "mlp4096": 1024}
-STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 
 
 @dataclass
@@ -94,12 +94,13 @@ def measure_floor(
     from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
 
     gpu = torch.cuda.is_available()
-    stream = torch.cuda.Stream() if gpu else None
+    stream = torch.cuda.Stream() if gpu else None  # type: ignore[no-untyped-call]
     placement = Placement("cuda", 0, stream.cuda_stream) if stream else Placement("cpu")
     session = create_session(onnx_path, ModelOptions(), placement)
     runner = IOBindingRunner(session, placement, pinned_staging=host_input == "pinned")
     spec = runner.inputs[0]
-    x = torch.randn(batch, *[int(d) for d in spec.shape[1:]], device="cpu" if host_input else runner.device)
+    inner = [int(d) for d in spec.shape[1:] if d is not None]  # the bench models have fixed inner axes
+    x = torch.randn(batch, *inner, device="cpu" if host_input else runner.device)
     context = torch.cuda.stream(stream) if stream else contextlib.nullcontext()
     latencies: list[float] = []
     with context:
@@ -128,19 +129,6 @@ def measure_floor(
         concurrency=1,
         batch=batch,
     )
-
-
-def _stats(client: grpcclient.InferenceServerClient, model: str) -> dict[str, tuple[int, int]]:
-    stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]["inference_stats"]
-    return {stage: (int(stats[stage].get("count", 0)), int(stats[stage].get("ns", 0))) for stage in STAGES}
-
-
-def _stage_deltas(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> dict[str, float]:
-    deltas = {}
-    for stage in STAGES:
-        count = after[stage][0] - before[stage][0]
-        deltas[stage] = (after[stage][1] - before[stage][1]) / count / 1e3 if count else 0.0
-    return deltas
 
 
 def _sync_load(
@@ -183,7 +171,7 @@ def measure_server(
         problems = compare(got, work.reference, rtol=args.rtol, atol=args.atol) if check else []
         if problems:
             raise SystemExit(f"{label}: WRONG ANSWER: {problems}")
-        before = _stats(client, served_name) if stats else None
+        before = ModelStatistics.read(client, served_name) if stats else None
         if concurrency == 1:
             latencies, wall = _sync_load(client, served_name, workers[0], args)
             rate = len(latencies) / wall
@@ -192,7 +180,7 @@ def measure_server(
         latencies, rate = load_in_processes(
             url, served_name, transport, work, concurrency, args.client_processes, timing
         )
-    stages = _stage_deltas(before, _stats(client, served_name)) if before else {}
+    stages = ModelStatistics.read(client, served_name).stage_us(before) if before else {}
     return Measurement.from_latencies(
         latencies,
         rate,

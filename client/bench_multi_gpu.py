@@ -29,6 +29,7 @@ import onnx
 import torch
 import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
+from numpy.typing import NDArray
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.grpc import model_config_pb2
 
@@ -37,7 +38,7 @@ from client.triton_client import infer, reference_outputs
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_PY = ROOT / "model_repository" / "demo" / "1" / "model.py"
 INPUT_WIDTH, OUTPUT_WIDTH = 64, 16
-TF32 = {"rtol": 5e-3, "atol": 5e-3}
+TF32_TOLERANCE = 5e-3
 # Two instances in both layouts: only the number of GPUs under them differs.
 LAYOUTS = {"heavy_1gpu": (2, [0]), "heavy_2gpu": (1, [0, 1])}
 
@@ -79,7 +80,7 @@ def model_config(name: str, count: int, gpus: list[int]) -> str:
     group = config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_GPU, count=count)
     group.gpus.extend(gpus)
     config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value = "no"
-    return text_format.MessageToString(config)
+    return str(text_format.MessageToString(config))
 
 
 def build_repository(repository: Path, width: int, layers: int) -> Path:
@@ -93,7 +94,7 @@ def build_repository(repository: Path, width: int, layers: int) -> Path:
     return onnx_path
 
 
-def throughput(url: str, model: str, x: np.ndarray, threads: int, seconds: float, warmup_s: float) -> float:
+def throughput(url: str, model: str, x: NDArray[Any], threads: int, seconds: float, warmup_s: float) -> float:
     """Requests per second completed by `threads` closed-loop clients, after `warmup_s` of the same load."""
     counts = [0] * threads
     measuring = threading.Event()
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             for model in LAYOUTS:
                 for _ in range(4):  # several, so that every instance of the layout answers at least once
                     got = infer(client, model, {"x": small}, ["y"])[0]["y"]
-                    if not np.allclose(got, want, **TF32):
+                    if not np.allclose(got, want, rtol=TF32_TOLERANCE, atol=TF32_TOLERANCE):
                         print(f"bench_multi_gpu: {model} answered wrong: {np.abs(got - want).max()}")
                         return 1
                 results[model] = throughput(

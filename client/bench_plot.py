@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import cast
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.colors import ListedColormap
 
 
 def plot(results_path: Path, image_path: Path) -> None:
@@ -25,7 +27,8 @@ def plot(results_path: Path, image_path: Path) -> None:
         for r in results:
             if r["model"] == model:
                 series.setdefault(f"{r['anchor']} ({r['transport']})", []).append(r)
-        colours = plt.get_cmap("tab20").colors  # more anchors than the default cycle's ten colours
+        # more anchors than the default cycle's ten colours
+        colours = list(cast(ListedColormap, plt.get_cmap("tab20")).colors)  # type: ignore[arg-type]
         for index, (label, points) in enumerate(series.items()):
             points.sort(key=lambda p: p["concurrency"])
             x = [p["concurrency"] for p in points]

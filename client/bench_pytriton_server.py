@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import NDArray
 
 
 def main() -> None:
@@ -30,13 +32,13 @@ def main() -> None:
     parser.add_argument("--metrics-port", type=int, required=True)
     args = parser.parse_args()
 
-    stream = torch.cuda.Stream() if torch.cuda.is_available() else None
+    stream = torch.cuda.Stream() if torch.cuda.is_available() else None  # type: ignore[no-untyped-call]
     placement = Placement("cuda", 0, stream.cuda_stream) if stream else Placement("cpu")
     runner = IOBindingRunner(create_session(args.onnx, ModelOptions(), placement), placement)
     input_spec, output_spec = runner.inputs[0], runner.outputs[0]
 
     @batch  # type: ignore[misc]
-    def infer(**inputs: np.ndarray) -> dict[str, np.ndarray]:
+    def infer(**inputs: NDArray[Any]) -> dict[str, NDArray[Any]]:
         with torch.cuda.stream(stream) if stream else contextlib.nullcontext():
             tensors = {name: torch.from_numpy(array) for name, array in inputs.items()}
             outputs = runner.run(tensors)

@@ -17,22 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from tritonclient.utils import triton_to_np_dtype
 
-from client.triton_client import (
-    compare,
-    infer,
-    make_client,
-    model_config,
-    model_metadata,
-    random_inputs,
-    tensor_metas,
-)
+from triton_ort.testing.reference import compare, random_inputs
+from triton_ort.testing.transport import infer, make_client, model_config, model_metadata, tensor_metas
 
 DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 
 
-def _load_inputs(args: argparse.Namespace, metadata: dict[str, Any]) -> dict[str, np.ndarray]:
+def _load_inputs(args: argparse.Namespace, metadata: dict[str, Any]) -> dict[str, NDArray[Any]]:
     inputs = random_inputs(tensor_metas(metadata, "inputs"), args.batch, seed=args.seed)
     for item in args.input:
         name, _, path = item.partition("=")

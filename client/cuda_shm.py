@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from numpy.typing import NDArray
 from tritonclient.utils import np_to_triton_dtype
 
 
@@ -22,7 +23,7 @@ class CudaShmIO:
         self,
         client: Any,
         model: str,
-        inputs: Mapping[str, np.ndarray],
+        inputs: Mapping[str, NDArray[Any]],
         outputs: Mapping[str, tuple[np.dtype[Any], tuple[int, ...]]],
         device_id: int = 0,
     ) -> None:
@@ -70,7 +71,7 @@ class CudaShmIO:
         self.client.infer(self.model, self.infer_inputs, outputs=self.requested_outputs)
         return time.perf_counter() - started
 
-    def read_outputs(self) -> dict[str, np.ndarray]:
+    def read_outputs(self) -> dict[str, NDArray[Any]]:
         return {
             name: self._cudashm.get_contents_as_numpy(self._regions[name], np.dtype(dtype).type, list(shape))
             for name, (dtype, shape) in self.outputs.items()

@@ -21,8 +21,10 @@ from typing import Any
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
+from numpy.typing import NDArray
 
-from client.triton_client import reference_outputs
+from triton_ort.testing.reference import reference_outputs
+from triton_ort.testing.transport import infer_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,8 +35,8 @@ class Workload:
 
     onnx_path: Path
     batch: int
-    inputs: dict[str, np.ndarray]
-    reference: dict[str, np.ndarray]
+    inputs: dict[str, NDArray[Any]]
+    reference: dict[str, NDArray[Any]]
     layout: dict[str, tuple[np.dtype[Any], tuple[int, ...]]]
 
     @property
@@ -54,22 +56,17 @@ class Workload:
         return cls(onnx_path, batch, inputs, reference_outputs(onnx_path, inputs), layout)
 
 
-def _numpy_workers(inputs: dict[str, np.ndarray], outputs: list[str], concurrency: int) -> list[Any]:
-    workers = []
-    for _ in range(concurrency):
-        items = []
-        for name, array in inputs.items():
-            item = grpcclient.InferInput(name, list(array.shape), "FP32")
-            item.set_data_from_numpy(array)
-            items.append(item)
-        workers.append((items, [grpcclient.InferRequestedOutput(n) for n in outputs]))
-    return workers
+def _numpy_workers(inputs: dict[str, NDArray[Any]], outputs: list[str], concurrency: int) -> list[Any]:
+    return [
+        (infer_inputs(grpcclient, inputs), [grpcclient.InferRequestedOutput(n) for n in outputs])
+        for _ in range(concurrency)
+    ]
 
 
 @contextlib.contextmanager
 def request_workers(
     client: grpcclient.InferenceServerClient, model: str, transport: str, work: Workload, concurrency: int
-) -> Iterator[tuple[list[Any], Callable[[], dict[str, np.ndarray]]]]:
+) -> Iterator[tuple[list[Any], Callable[[], dict[str, NDArray[Any]]]]]:
     """`concurrency` sets of request tensors (each with its own CUDA-shm regions), and a function that
     sends the first set once and returns the answer."""
     with contextlib.ExitStack() as stack:
@@ -81,7 +78,7 @@ def request_workers(
                 for _ in range(concurrency)
             ]
 
-            def ask() -> dict[str, np.ndarray]:
+            def ask() -> dict[str, NDArray[Any]]:
                 regions[0].infer()
                 return regions[0].read_outputs()
 
@@ -89,7 +86,7 @@ def request_workers(
         else:
             workers = _numpy_workers(work.inputs, list(work.layout), concurrency)
 
-            def ask() -> dict[str, np.ndarray]:
+            def ask() -> dict[str, NDArray[Any]]:
                 result = client.infer(model, workers[0][0], outputs=workers[0][1])
                 return {name: result.as_numpy(name) for name in work.layout}
 

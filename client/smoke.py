@@ -14,15 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from client.triton_client import (
-    compare,
-    infer,
-    make_client,
-    model_metadata,
-    random_inputs,
-    reference_outputs,
-    tensor_metas,
-)
+from triton_ort.testing.reference import compare, random_inputs, reference_outputs
+from triton_ort.testing.transport import infer, make_client, model_metadata, tensor_metas
 
 
 @contextlib.contextmanager

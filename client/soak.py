@@ -22,9 +22,7 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -36,12 +34,24 @@ from typing import Any
 import numpy as np
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
-from tritonclient.utils import InferenceServerException, triton_to_np_dtype
+from numpy.typing import NDArray
+from tqdm import tqdm
+from tritonclient.utils import InferenceServerException
 
-from client.triton_client import TensorMeta, make_client, model_config, model_metadata, tensor_metas
+from triton_ort.testing.malformed import malformed_requests
+from triton_ort.testing.processes import MIB, MemorySnapshot
+from triton_ort.testing.reference import compare, random_array, reference_outputs
+from triton_ort.testing.releases import Release, server_release
+from triton_ort.testing.transport import (
+    TensorMeta,
+    WireTensor,
+    infer_inputs,
+    make_client,
+    model_config,
+    model_metadata,
+    tensor_metas,
+)
 
-MIB = 1024 * 1024
-CLIENT_ERROR_STATUSES = {"400", "StatusCode.INVALID_ARGUMENT"}
 # gRPC statuses that mean no answer came (the HTTP client raises its transport's exceptions instead).
 CONNECTION_STATUSES = {
     "StatusCode.UNAVAILABLE",
@@ -49,129 +59,15 @@ CONNECTION_STATUSES = {
     "StatusCode.CANCELLED",
     "None",
 }
-STUB_NAME = "triton_python_backend_stub"
-
-
-# --- processes and their memory, from /proc (Linux) ---------------------------------------------------
-
-
-def _parent_pid(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses; the fields after its last ')' do not.
-    return int(stat.rsplit(")", 1)[1].split()[1])
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
-def descendants(pid: int) -> list[int]:
-    """Every living process below `pid` (children, their children, ...)."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            parent = _parent_pid(int(entry.name))
-            if parent is not None:
-                parents.setdefault(parent, []).append(int(entry.name))
-    found, frontier = [], [pid]
-    while frontier:
-        children = parents.get(frontier.pop(), [])
-        found.extend(children)
-        frontier.extend(children)
-    return sorted(found)
-
-
-def stub_processes(server_pid: int) -> dict[int, str]:
-    """The python-backend stubs of one tritonserver: pid -> the model.py it runs."""
-    stubs = {}
-    for pid in descendants(server_pid):
-        command = _cmdline(pid)
-        if command and Path(command[0]).name == STUB_NAME:
-            stubs[pid] = command[1] if len(command) > 1 else "?"
-    return stubs
-
-
-def rss_bytes(pid: int) -> int:
-    """Resident memory of one process (0 once it has gone)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def gpu_memory_by_pid() -> dict[int, int] | None:
-    """GPU memory each process holds (bytes), from nvidia-smi; None where there is no NVIDIA GPU."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        reply = subprocess.run(
-            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    used: dict[int, int] = {}
-    for line in reply.splitlines():
-        pid_text, _, mib_text = line.partition(",")
-        with contextlib.suppress(ValueError):
-            used[int(pid_text)] = used.get(int(pid_text), 0) + int(mib_text) * MIB
-    return used
-
-
-@dataclass(frozen=True)
-class MemorySnapshot:
-    """RSS (and GPU memory, where measurable) of tritonserver and everything below it."""
-
-    rss: dict[int, int]
-    gpu: dict[int, int] | None
-
-    @property
-    def rss_total(self) -> int:
-        return sum(self.rss.values())
-
-    @property
-    def gpu_total(self) -> int | None:
-        return None if self.gpu is None else sum(self.gpu.values())
-
-
-def snapshot(server_pid: int) -> MemorySnapshot:
-    pids = [server_pid, *descendants(server_pid)]
-    gpu = gpu_memory_by_pid()
-    return MemorySnapshot(
-        rss={pid: rss_bytes(pid) for pid in pids},
-        gpu=None if gpu is None else {pid: gpu.get(pid, 0) for pid in pids},
-    )
-
-
-# --- the requests --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WireTensor:
-    name: str
-    datatype: str
-    array: np.ndarray
 
 
 @dataclass(frozen=True)
 class SoakRequest:
     kind: str
     inputs: tuple[WireTensor, ...]
-    want: Mapping[str, np.ndarray] | None = None  # the answer of a good request
+    want: Mapping[str, NDArray[Any]] | None = None  # the answer of a good request
     error: re.Pattern[str] | None = None  # what the error of a bad request must say
+    statuses: frozenset[str] = frozenset()  # the statuses a bad request may get (HTTP and gRPC)
 
 
 @dataclass
@@ -199,26 +95,9 @@ def read_model_facts(client: Any, model: str, model_repository: Path) -> ModelFa
     )
 
 
-def _random_array(meta: TensorMeta, rows: int, rng: np.random.Generator) -> np.ndarray:
-    shape = [rows if (d < 0 and axis == 0) else (1 if d < 0 else d) for axis, d in enumerate(meta.shape)]
-    dtype = np.dtype(triton_to_np_dtype(meta.datatype))
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.integers(0, 2, shape).astype(bool)
-    return rng.integers(0, 100, shape).astype(dtype)
-
-
-def _wire(arrays: Mapping[str, np.ndarray], facts: ModelFacts) -> tuple[WireTensor, ...]:
+def _wire(arrays: Mapping[str, NDArray[Any]], facts: ModelFacts) -> tuple[WireTensor, ...]:
     types = {meta.name: meta.datatype for meta in facts.inputs}
-    return tuple(WireTensor(name, types[name], array) for name, array in arrays.items())
-
-
-def _references(facts: ModelFacts, batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(str(facts.onnx_path), providers=["CPUExecutionProvider"])
-    return [dict(zip(facts.outputs, session.run(facts.outputs, batch), strict=True)) for batch in batches]
+    return tuple(WireTensor(name, array, types[name]) for name, array in arrays.items())
 
 
 def good_requests(facts: ModelFacts, count: int, max_rows: int, seed: int) -> list[SoakRequest]:
@@ -228,7 +107,7 @@ def good_requests(facts: ModelFacts, count: int, max_rows: int, seed: int) -> li
     batches = []
     for _ in range(count):
         rows = int(rng.integers(1, max(1, min(max_rows, facts.max_batch_size or 1)) + 1))
-        batches.append({meta.name: _random_array(meta, rows, rng) for meta in facts.inputs})
+        batches.append({meta.name: random_array(meta, rows, rng) for meta in facts.inputs})
     kinds = []
     for index, batch in enumerate(batches):
         floats = [a for a in batch.values() if a.dtype.kind == "f"]
@@ -238,93 +117,19 @@ def good_requests(facts: ModelFacts, count: int, max_rows: int, seed: int) -> li
             kinds.append("good_nan_inf")
         else:
             kinds.append("good")
-    wants = _references(facts, batches)
+    wants = [reference_outputs(facts.onnx_path, batch) for batch in batches]
     return [
         SoakRequest(kind, _wire(batch, facts), want=want)
         for kind, batch, want in zip(kinds, batches, wants, strict=True)
     ]
 
 
-def bad_requests(facts: ModelFacts, seed: int) -> list[SoakRequest]:
-    """One malformed request per kind that applies to the model; Triton refuses each before the model."""
-    rng = np.random.default_rng(seed)
-    base = {meta.name: _random_array(meta, 2, rng) for meta in facts.inputs}
-    first = facts.inputs[0]
-    name = re.escape(first.name)
-    requests = []
-
-    def add(kind: str, arrays: list[WireTensor], message: str) -> None:
-        requests.append(SoakRequest(kind, tuple(arrays), error=re.compile(message)))
-
-    good = list(_wire(base, facts))
-    others = good[1:]
-    wrong_type = "FP64" if first.datatype != "FP64" else "FP32"
-    wrong = base[first.name].astype(triton_to_np_dtype(wrong_type))
-    add(
-        "wrong_dtype",
-        [WireTensor(first.name, wrong_type, wrong), *others],
-        f"input '{name}' data-type is '{wrong_type}', but model '.*' expects '{first.datatype}'",
-    )
-    add(
-        "bytes_for_numeric",
-        [WireTensor(first.name, "BYTES", np.full(base[first.name].shape, b"1", dtype=np.object_)), *others],
-        f"input '{name}' data-type is 'BYTES', but model '.*' expects '{first.datatype}'",
-    )
-    inner = list(base[first.name].shape)
-    if len(inner) > 1 and first.shape[-1] > 0:
-        inner[-1] += 1
-        add(
-            "wrong_inner_dim",
-            [WireTensor(first.name, first.datatype, np.resize(base[first.name], inner)), *others],
-            rf"unexpected shape for input '{name}' for model '.*'\. Expected .*, "
-            rf"got \[{', ?'.join(map(str, inner))}\]",
-        )
-    add(
-        "wrong_rank",
-        [WireTensor(first.name, first.datatype, base[first.name][np.newaxis]), *others],
-        f"unexpected shape for input '{name}'",
-    )
-    add(
-        "unknown_input",
-        [*good, WireTensor("no_such_input", first.datatype, base[first.name])],
-        rf"unexpected inference input 'no_such_input'|expected {len(good)} inputs but got {len(good) + 1}",
-    )
-    add(
-        "missing_input",
-        good[1:],
-        rf"expected {len(good)} inputs but got {len(good) - 1}",
-    )
-    if facts.max_batch_size > 0:
-        too_many = facts.max_batch_size + 1
-        add(
-            "batch_above_max",
-            [
-                WireTensor(t.name, t.datatype, np.resize(t.array, (too_many, *t.array.shape[1:])))
-                for t in good
-            ],
-            rf"batch-size must be <= {facts.max_batch_size}",
-        )
-    return requests
-
-
-# --- sending and checking -------------------------------------------------------------------------------
-
-
-def _infer_inputs(module: Any, tensors: tuple[WireTensor, ...]) -> list[Any]:
-    items = []
-    for tensor in tensors:
-        item = module.InferInput(tensor.name, list(tensor.array.shape), tensor.datatype)
-        item.set_data_from_numpy(tensor.array)
-        items.append(item)
-    return items
-
-
-def _same(got: np.ndarray | None, want: np.ndarray, rtol: float, atol: float) -> bool:
-    if got is None or got.shape != want.shape or got.dtype != want.dtype:
-        return False
-    if want.dtype.kind in "fc":
-        return bool(np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True))
-    return bool(np.array_equal(got, want))
+def bad_requests(facts: ModelFacts, release: Release, seed: int) -> list[SoakRequest]:
+    """The catalogue's malformed requests for the model (triton_ort.testing.malformed)."""
+    return [
+        SoakRequest(m.kind, m.inputs, error=m.says, statuses=release.statuses(m.code))
+        for m in malformed_requests(facts.name, facts.inputs, facts.max_batch_size, seed)
+    ]
 
 
 @dataclass
@@ -352,7 +157,7 @@ async def send_one(
     requested = [module.InferRequestedOutput(name) for name in outputs] if outputs else None
     started = time.perf_counter()
     try:
-        call = client.infer(model, _infer_inputs(module, request.inputs), outputs=requested)
+        call = client.infer(model, infer_inputs(module, request.inputs), outputs=requested)
         result = await asyncio.wait_for(call, timeout_s)
     except InferenceServerException as error:
         status, message = str(error.status()), str(error.message())
@@ -360,7 +165,7 @@ async def send_one(
             tally.record(request.kind, "lost", f"{status} {message[:200]}")
         elif request.error is None:
             tally.record(request.kind, "wrong", f"a good request failed: {status} {message[:200]}")
-        elif status not in CLIENT_ERROR_STATUSES or not request.error.search(message):
+        elif status not in request.statuses or not request.error.search(message):
             tally.record(request.kind, "wrong", f"unexpected error {status} {message[:200]}")
         else:
             tally.record(request.kind, "expected_error")
@@ -372,10 +177,11 @@ async def send_one(
     if request.want is None:
         tally.record(request.kind, "wrong", "a malformed request was answered as if it were good")
         return
-    for name, want in request.want.items():
-        if not _same(result.as_numpy(name), want, rtol=tol, atol=tol):
-            tally.record(request.kind, "wrong", f"output {name!r} differs from in-process ONNX Runtime")
-            return
+    got = {name: array for name in request.want if (array := result.as_numpy(name)) is not None}
+    problems = compare(got, request.want, rtol=tol, atol=tol)
+    if problems:
+        tally.record(request.kind, "wrong", f"{problems[0]} (against in-process ONNX Runtime)")
+        return
     tally.record(request.kind, "ok")
 
 
@@ -411,11 +217,12 @@ async def run_soak(
     good: list[SoakRequest],
     bad: list[SoakRequest],
     on_warm: Callable[[], None] | None = None,
-    sample: Callable[[], None] | None = None,
+    sample: Callable[[Tally], None] | None = None,
     sample_every_s: float = 10.0,
 ) -> Tally:
     """Send until `requests` have been sent or `duration_s` has passed; wait for every answer. `on_warm`
-    runs once after the warm-up requests, `sample` every `sample_every_s` seconds (memory readings)."""
+    runs once after the warm-up requests, `sample` every `sample_every_s` seconds (memory readings). A
+    progress bar shows on a terminal only (tqdm's disable=None); the samples print as plain lines."""
     tally = Tally()
     rng = np.random.default_rng(settings.seed)
     picks = (
@@ -458,6 +265,7 @@ async def run_soak(
                     tally,
                     settings.tolerance,
                 )
+                progress.update()
                 if tally.sent >= settings.warmup and not warm.is_set():
                     warm.set()
                     if on_warm is not None:
@@ -466,12 +274,14 @@ async def run_soak(
         async def sampler() -> None:
             while sample is not None:
                 await asyncio.sleep(sample_every_s)
-                sample()
+                sample(tally)
 
         sampling = asyncio.ensure_future(sampler())
+        progress = tqdm(total=settings.requests, unit="req", disable=None, mininterval=1.0)
         try:
             await asyncio.gather(*(worker() for _ in range(settings.concurrency)))
         finally:
+            progress.close()
             sampling.cancel()
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
@@ -632,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
         client = make_client("http", http_url)
         facts = read_model_facts(client, args.model, args.model_repository)
         good = good_requests(facts, count=64, max_rows=args.max_rows, seed=args.seed)
-        bad = bad_requests(facts, seed=args.seed) if args.bad_fraction > 0 else []
+        release = server_release(http_url)
+        bad = bad_requests(facts, release, seed=args.seed) if args.bad_fraction > 0 else []
         print(
             f"soaking {args.model!r}: up to {args.requests} requests or {args.duration:.0f} s, concurrency "
             f"{args.concurrency}, {args.bad_fraction:.0%} malformed ({', '.join(r.kind for r in bad)})",
@@ -646,19 +457,21 @@ def main(argv: list[str] | None = None) -> int:
 
         def take_baseline() -> None:
             if server_pid is not None:
-                baseline.append(snapshot(server_pid))
+                baseline.append(MemorySnapshot.of(server_pid))
 
-        def take_sample() -> None:
-            if server_pid is not None:
-                reading = snapshot(server_pid)
-                gpu = reading.gpu_total
-                samples.append(
-                    [
-                        round(time.monotonic() - started, 1),
-                        round(reading.rss_total / MIB, 1),
-                        *([] if gpu is None else [round(gpu / MIB, 1)]),
-                    ]
-                )
+        def take_sample(tally: Tally) -> None:
+            elapsed_s = round(time.monotonic() - started, 1)
+            counts = f"sent {tally.sent}, wrong {tally.count('wrong')}, lost {tally.count('lost')}"
+            if server_pid is None:
+                tqdm.write(f"[{elapsed_s:7.1f} s] {counts}")
+                return
+            reading = MemorySnapshot.of(server_pid)
+            gpu = None if reading.gpu_total is None else round(reading.gpu_total / MIB, 1)
+            samples.append([elapsed_s, round(reading.rss_total / MIB, 1), *([] if gpu is None else [gpu])])
+            tqdm.write(
+                f"[{elapsed_s:7.1f} s] {counts}; tritonserver + stubs RSS {reading.rss_total / MIB:.1f} MiB"
+                + ("" if gpu is None else f", GPU {gpu} MiB")
+            )
 
         started = time.monotonic()
         tally = asyncio.run(
@@ -674,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         elapsed = time.monotonic() - started
-        end = snapshot(server_pid) if server_pid is not None else None
+        end = MemorySnapshot.of(server_pid) if server_pid is not None else None
         ready = bool(client.is_server_ready()) and bool(client.is_model_ready(args.model))
     summary = summarise(tally, elapsed, baseline[0] if baseline else None, end, ready, args)
     summary["host"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}

@@ -79,3 +79,39 @@ def pairwise_add(path: Path) -> Path:
         [v("z", TensorProto.FLOAT, ["batch", "n"])],
     )
     return _save(graph, path)
+
+
+def gather_elements(path: Path) -> Path:
+    """out[b,1] = x[b, idx[b]]: an index out of range fails inside ORT, for that request's values only."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("GatherElements", ["x", "idx"], ["out"], axis=1)],
+        "gather_elements",
+        [v("x", TensorProto.FLOAT, ["batch", 4]), v("idx", TensorProto.INT64, ["batch", 1])],
+        [v("out", TensorProto.FLOAT, ["batch", 1])],
+    )
+    return _save(graph, path)
+
+
+def blowup(path: Path) -> Path:
+    """x float[b,1], size int64[b,1] -> out = ReduceMax(Expand(x, [1, max(size)]), axis 1) = x.
+
+    The answer is x for any size; the memory ORT needs is b * max(size) floats."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceMax", ["size"], ["widest"], keepdims=0),
+            helper.make_node("Reshape", ["widest", "one_dim"], ["widest_1d"]),
+            helper.make_node("Concat", ["one", "widest_1d"], ["shape"], axis=0),
+            helper.make_node("Expand", ["x", "shape"], ["wide"]),
+            helper.make_node("ReduceMax", ["wide"], ["out"], axes=[1], keepdims=1),  # opset 17: attribute
+        ],
+        "blowup",
+        [v("x", TensorProto.FLOAT, ["batch", 1]), v("size", TensorProto.INT64, ["batch", 1])],
+        [v("out", TensorProto.FLOAT, ["batch", 1])],
+        initializer=[
+            helper.make_tensor("one_dim", TensorProto.INT64, [1], [1]),
+            helper.make_tensor("one", TensorProto.INT64, [1], [1]),
+        ],
+    )
+    return _save(graph, path)

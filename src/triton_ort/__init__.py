@@ -1,6 +1,14 @@
 """Zero-copy ONNX Runtime models for Triton Inference Server's Python backend."""
 
-from .errors import ConfigError, InputError, ProviderError, TritonOrtError
+from .errors import (
+    ConfigError,
+    InferenceError,
+    InputError,
+    ProviderError,
+    TritonOrtError,
+    Unavailable,
+    triton_code,
+)
 from .gather import run_requests
 from .instance import ModelInstance
 from .options import ModelOptions, parse_options
@@ -10,14 +18,17 @@ from .session import Placement, create_session, diagnose_missing_cuda_provider
 __all__ = [
     "ConfigError",
     "IOBindingRunner",
+    "InferenceError",
     "InputError",
     "ModelInstance",
     "ModelOptions",
     "Placement",
     "ProviderError",
     "TritonOrtError",
+    "Unavailable",
     "create_session",
     "diagnose_missing_cuda_provider",
     "parse_options",
     "run_requests",
+    "triton_code",
 ]

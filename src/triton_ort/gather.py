@@ -3,16 +3,23 @@
 Requests whose inputs agree on everything but the batch (first) axis are concatenated on the device, run
 once, and the outputs split back per request. A request that cannot join a group runs alone, and so does
 every request of a group whose joint run failed, so one bad request never fails its neighbours.
+
+A request that fails alone is classified (`classify_failure`): what its own tensors caused is the client's
+(`InputError`), a device short of memory for now is `Unavailable`, anything else is the server's
+(`InferenceError`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
 from collections.abc import Mapping, Sequence
 
 import torch
+from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 
-from .errors import InputError
+from .errors import InferenceError, InputError, TritonOrtError, Unavailable
 from .runner import IOBindingRunner
 
 LOGGER = logging.getLogger(__name__)
@@ -25,23 +32,82 @@ def _group_key(tensors: Tensors) -> tuple[tuple[str, torch.dtype, tuple[int, ...
     return tuple((name, t.dtype, tuple(t.shape[1:])) for name, t in sorted(tensors.items()))
 
 
+# The size of the allocation that failed, as ORT's arena words it (bfc_arena.cc: "Failed to allocate memory
+# for requested buffer of size N", "... smaller than requested bytes of N") and torch ("Tried to allocate").
+_ALLOCATION = re.compile(
+    r"(?:requested buffer of size|requested bytes of|Tried to allocate) ([\d.]+) ?([KMGT]iB|B|bytes)?"
+)
+_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+# A kernel that failed because the device did (not because of the request's values), as ORT's CUDA EP
+# words it (cuda_call.cc: "CUDA failure N", "CUBLAS failure", "CUDNN failure", "CUDA error cudaError...").
+_DEVICE_FAILURE = re.compile(
+    r"\b(CUDA|CUBLAS|CUDNN|CUDNN_FE|CUFFT|CURAND|NCCL) (failure|error)", re.IGNORECASE
+)
+
+
+# run_with_iobinding drops ORT's status code (onnxruntime_pybind_state.cc throws std::runtime_error("Error in
+# execution: " + message)), so a kernel's failure is known by the executor's words (sequential_executor.cc).
+_KERNEL_FAILURE = re.compile(r"Non-zero status code returned while running \w+ node")
+
+
+def _failed_allocation_bytes(message: str) -> int | None:
+    match = _ALLOCATION.search(message)
+    if match is None:
+        return None
+    return int(float(match.group(1)) * _UNITS.get(match.group(2) or "", 1))
+
+
+def _is_out_of_memory(error: Exception) -> bool:
+    message = str(error)
+    return (
+        isinstance(error, torch.cuda.OutOfMemoryError | MemoryError)
+        or "out of memory" in message.lower()
+        or _ALLOCATION.search(message) is not None
+    )
+
+
+def device_memory_bytes(runner: IOBindingRunner) -> int:
+    """All the memory of the device the runner computes on: what no request may exceed on its own."""
+    if runner.placement.is_cuda:
+        return int(torch.cuda.get_device_properties(runner.placement.device_id).total_memory)
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def classify_failure(error: Exception, capacity_bytes: int) -> TritonOrtError:
+    """One request's failure (it ran alone, after validation) as the library error that says whose it is."""
+    if isinstance(error, TritonOrtError):
+        return error
+    if _is_out_of_memory(error):
+        needed = _failed_allocation_bytes(str(error))
+        if needed is not None and needed > capacity_bytes:
+            return InputError(
+                f"this request needs a buffer of {needed} bytes, more than the device's {capacity_bytes} "
+                f"bytes; send fewer rows or values that need less memory ({error})"
+            )
+        return Unavailable(f"device memory is exhausted by the current load; retry later ({error})")
+    if isinstance(error, ort_errors.InvalidArgument):
+        return InputError(f"the model refused this request's inputs: {error}")
+    message = str(error)
+    if _KERNEL_FAILURE.search(message) and not _DEVICE_FAILURE.search(message):
+        # ORT_ENFORCE inside a kernel (a broadcast of unequal axes, a Reshape that cannot fit, an index out of
+        # range) fails the run; the request passed validation and ran alone, so its values caused it.
+        return InputError(f"the model could not compute this request's values: {error}")
+    return InferenceError(f"inference failed on the server: {type(error).__name__}: {error}")
+
+
 def run_one(runner: IOBindingRunner, tensors: Tensors) -> Result:
-    """One validated request; any failure becomes that request's error instead of an exception."""
+    """One validated request; any failure becomes that request's classified error instead of an exception."""
     try:
         return runner.run(tensors, validated=True)
-    except InputError as error:
-        return error
-    except torch.cuda.OutOfMemoryError as error:
-        return InputError(f"request needs more device memory than is free: {error}")
-    except Exception as error:  # ORT raises plain RuntimeError-like errors for bad shapes/values
-        return InputError(f"inference failed: {error}")
+    except Exception as error:
+        return classify_failure(error, device_memory_bytes(runner))
 
 
 def _run_gathered(runner: IOBindingRunner, group: Sequence[Tensors]) -> list[Result] | None:
     """One ORT run for the whole group, split back; None when it cannot be split or failed."""
     rows = [next(iter(tensors.values())).shape[0] for tensors in group]
-    joint = {name: torch.cat([runner.to_device(tensors[name]) for tensors in group]) for name in group[0]}
-    try:
+    try:  # the joint inputs too may not fit (device memory): then each request runs, and fails, alone
+        joint = {name: torch.cat([runner.to_device(tensors[name]) for tensors in group]) for name in group[0]}
         outputs = runner.run(joint, validated=True)  # its members were validated one by one
     except Exception as error:
         LOGGER.info("gathered run of %d requests failed (%s); running them one by one", len(group), error)
@@ -80,4 +146,4 @@ def run_requests(runner: IOBindingRunner, requests: Sequence[Tensors], gather: b
         gathered = _run_gathered(runner, [requests[i] for i in members]) if len(members) > 1 else None
         for position, index in enumerate(members):
             results[index] = gathered[position] if gathered else run_one(runner, requests[index])
-    return [result if result is not None else InputError("request was not run") for result in results]
+    return [result if result is not None else InferenceError("request was not run") for result in results]

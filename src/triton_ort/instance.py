@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .errors import ProviderError, TritonOrtError
+from .errors import InferenceError, ProviderError
 from .gather import Result, run_requests
 from .metrics import InstanceMetrics, request_rows
 from .options import ModelOptions, options_from_model_config
@@ -172,7 +172,7 @@ class ModelInstance:
                 self._stream.synchronize()  # the one wait of this execute: kernels and host copies
             except RuntimeError as error:  # a kernel failed after ORT returned: no output can be trusted
                 self.runner.arena_needs_shrink = True
-                failure = TritonOrtError(f"the device failed while computing this batch: {error}")
+                failure = InferenceError(f"the device failed while computing this batch: {error}")
                 results = [failure for _ in results]
         finished = time.perf_counter()
         if self.metrics is not None and self._loaded:

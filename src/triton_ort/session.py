@@ -20,7 +20,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from .errors import ProviderError
+from .errors import ConfigError, ProviderError
 from .options import ModelOptions
 
 LOGGER = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ def create_session(model_path: Path, options: ModelOptions, placement: Placement
     """A session on `placement`; a GPU session without a working CUDA EP (or TensorRT EP, when the config
     asks for it) fails here, with a diagnosis."""
     if not model_path.is_file():
-        raise ProviderError(
+        raise ConfigError(
             f"ONNX file {model_path} does not exist (parameter onnx_file={options.onnx_file!r})"
         )
     if options.openvino and OPENVINO_EP not in ort.get_available_providers():

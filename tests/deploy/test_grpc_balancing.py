@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 from render_manifests import render
 
-from client.triton_client import infer, reference_outputs
-from tests.paths import ROOT, SERVER_TOLERANCE, demo_onnx, pin_one_instance
+from tests.paths import ROOT, SERVER_TOLERANCE, demo_onnx
+from triton_ort.testing.reference import reference_outputs
+from triton_ort.testing.repository import pin_one_instance
 from triton_ort.testing.server import LocalTritonServer
+from triton_ort.testing.transport import infer
 
 pytestmark = pytest.mark.integration
 

@@ -43,7 +43,8 @@ ADAPTER = yaml.safe_load((KUBERNETES / "prometheus-adapter" / "values.yaml").rea
 
 
 def rendered(overlay: str) -> list[Manifest]:
-    return render(KUBERNETES / "overlays" / overlay)
+    manifests: list[Manifest] = render(KUBERNETES / "overlays" / overlay)
+    return manifests
 
 
 def the(manifests: list[Manifest], kind: str, name: str | None = None) -> Manifest:
@@ -201,7 +202,7 @@ def quantity_bytes(quantity: str) -> int:
     assert match, f"unexpected size {quantity!r}"
     number, unit, suffix = match.groups()
     base = 1000 if suffix is None and unit else 1024
-    return int(number) * base ** " KMGT".index(unit.upper() or " ")
+    return int(number) * int(base ** " KMGT".index(unit.upper() or " "))
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=OVERLAY_IDS)

@@ -101,7 +101,7 @@ def test_a_broken_compose_file_is_reported(compose: dict[str, Config], label: st
 def test_a_writable_host_repository_is_reported(compose: dict[str, Config]) -> None:
     config = copy.deepcopy(compose["mounted"])
     for service in ("triton", "client"):
-        rules.model_mount(config["services"][service])["read_only"] = False  # type: ignore[index]
+        rules.model_mount(config["services"][service])["read_only"] = False
     assert any("not read-only" in p for p in rules.compose_problems(config, gpu=True, mounted=True))
 
 

@@ -9,31 +9,32 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from numpy.typing import NDArray
 from torch.profiler import ProfilerActivity, profile
 
 from tests import graphs
-from tests.paths import demo_onnx, read_config, write_config
+from tests.paths import Tolerance, demo_onnx
 from tests.repository import build_test_repository
 from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
 from triton_ort.copy_counter import cupti_counts_from_log
 from triton_ort.runner import OutputPlacement
 from triton_ort.stats import ExecuteStats
+from triton_ort.testing.repository import pin_one_instance, read_config, write_config
+from triton_ort.testing.waiting import wait_for
 
 pytestmark = pytest.mark.gpu
 T = TypeVar("T")
 
 # ORT's CUDA EP uses TF32 for fp32 GEMMs on Hopper: results differ from CPU fp32 in the last bits.
-TF32 = {"rtol": 2e-3, "atol": 2e-3}
+TF32: Tolerance = {"rtol": 2e-3, "atol": 2e-3}
 
 
 def cuda_runner(path: Path, stream: torch.cuda.Stream) -> IOBindingRunner:
@@ -44,7 +45,7 @@ def cuda_runner(path: Path, stream: torch.cuda.Stream) -> IOBindingRunner:
     )
 
 
-def cpu_reference(path: Path, inputs: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+def cpu_reference(path: Path, inputs: dict[str, torch.Tensor]) -> dict[str, NDArray[Any]]:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, {k: v.cpu().numpy() for k, v in inputs.items()}), strict=True))
@@ -58,7 +59,7 @@ def host_device_copies(run: object) -> list[str]:
 
 
 def test_cuda_inputs_are_bound_without_host_copies_and_outputs_stay_on_gpu() -> None:
-    stream = torch.cuda.Stream()
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     runner = cuda_runner(demo_onnx(), stream)
     assert runner.session.get_providers()[0] == "CUDAExecutionProvider"
     x = torch.randn(100, 2010, device="cuda")
@@ -74,7 +75,7 @@ def test_cuda_inputs_are_bound_without_host_copies_and_outputs_stay_on_gpu() -> 
 
 
 def test_cpu_input_for_a_gpu_session_costs_exactly_one_host_to_device_copy() -> None:
-    stream = torch.cuda.Stream()
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     runner = cuda_runner(demo_onnx(), stream)
     with torch.cuda.stream(stream):
         out = runner.run({"np_script_embeddings": torch.randn(4, 2010)})["np_logits"]
@@ -84,7 +85,7 @@ def test_cpu_input_for_a_gpu_session_costs_exactly_one_host_to_device_copy() -> 
 
 
 def test_several_dtypes_and_a_data_dependent_shape_on_gpu(tmp_path: Path) -> None:
-    stream = torch.cuda.Stream()
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     inputs = {
         "a": torch.randn(5, 3, device="cuda").half(),
         "b": torch.randint(-9, 9, (5, 4), device="cuda"),
@@ -118,7 +119,7 @@ def test_several_dtypes_and_a_data_dependent_shape_on_gpu(tmp_path: Path) -> Non
 def test_output_placement_costs_one_device_to_host_copy_exactly_when_outputs_go_to_the_host(
     placement: OutputPlacement, rows: int, on_host: bool
 ) -> None:
-    stream = torch.cuda.Stream()
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     where = Placement("cuda", 0, stream.cuda_stream)
     runner = IOBindingRunner(
         create_session(demo_onnx(), ModelOptions(), where), where, output_placement=placement
@@ -139,7 +140,7 @@ def test_output_placement_costs_one_device_to_host_copy_exactly_when_outputs_go_
 
 
 def test_host_outputs_of_several_runs_in_one_execute_stay_intact_until_the_next_execute() -> None:
-    stream = torch.cuda.Stream()
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     where = Placement("cuda", 0, stream.cuda_stream)
     session = create_session(demo_onnx(), ModelOptions(), where)
     runner = IOBindingRunner(session, where, output_placement=OutputPlacement("host"))
@@ -156,7 +157,7 @@ def test_host_outputs_of_several_runs_in_one_execute_stay_intact_until_the_next_
 
 @pytest.mark.parametrize("placement", ["device", "host"])
 def test_cuda_graphs_replay_right_answers_for_each_shape(placement: str) -> None:
-    stream = torch.cuda.Stream()
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     options = ModelOptions(cuda_graph=True)
     where = Placement("cuda", 0, stream.cuda_stream)
     runner = IOBindingRunner(
@@ -186,12 +187,10 @@ def _with_placement(repository: Path, name: str, placement: str) -> None:
     write_config(repository / name, config)
 
 
-def _wait_for(read: Callable[[], list[T]], count: int, timeout_s: float = 20.0) -> list[T]:
-    """The log is written by another process: wait until `count` records are there."""
-    deadline = time.monotonic() + timeout_s
-    while len(found := read()) < count and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return found
+def _at_least(records: list[T], count: int) -> list[T]:
+    """`records` once there are `count` of them, else [] (not yet): the log is written by the stub's process,
+    and its log messages reach it after its responses (through the backend's log queue)."""
+    return records if len(records) >= count else []
 
 
 def _concurrent_answers_are_right(url: str, models: tuple[str, ...]) -> dict[str, bool]:
@@ -199,7 +198,8 @@ def _concurrent_answers_are_right(url: str, models: tuple[str, ...]) -> dict[str
     requests and split the outputs back (host views for 'auto', device views for 'device')."""
     import tritonclient.grpc as grpcclient
 
-    from client.triton_client import infer, reference_outputs
+    from triton_ort.testing.reference import reference_outputs
+    from triton_ort.testing.transport import ModelStatistics, infer
 
     rng = np.random.default_rng(1)
     xs = [rng.standard_normal((1 + i % 7, 2010)).astype(np.float32) for i in range(48)]
@@ -207,16 +207,15 @@ def _concurrent_answers_are_right(url: str, models: tuple[str, ...]) -> dict[str
     client = grpcclient.InferenceServerClient(url)
     gathered = False
     for model in models:
-        before = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+        before = ModelStatistics.read(client, model)
 
-        def ask(i: int, model: str = model) -> np.ndarray:
+        def ask(i: int, model: str = model) -> NDArray[Any]:
             return infer(client, model, {"np_script_embeddings": xs[i]}, ["np_logits"])[0]["np_logits"]
 
         with ThreadPoolExecutor(16) as pool:
             for i, got in enumerate(pool.map(ask, range(len(xs)))):
                 np.testing.assert_allclose(got, wants[i], **TF32, err_msg=f"{model} request {i}")
-        after = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
-        executions = int(after["execution_count"]) - int(before["execution_count"])
+        executions = ModelStatistics.read(client, model).executions - before.executions
         gathered = gathered or executions < len(xs)
     return {"gathered": gathered}
 
@@ -229,11 +228,15 @@ def test_cuda_shm_requests_through_tritonserver_copy_only_what_the_output_placem
     import tritonclient.grpc as grpcclient
 
     from client.cuda_shm import CudaShmIO
-    from client.triton_client import infer, reference_outputs
+    from triton_ort.testing.reference import reference_outputs
     from triton_ort.testing.server import LocalTritonServer
+    from triton_ort.testing.transport import infer
 
     repository = build_test_repository(tmp_path / "repository")
     _with_placement(repository, "demo_device", "device")
+    # One instance each: the records are read in request order, and two stubs' log lines may interleave.
+    for model in ("demo", "demo_device"):
+        pin_one_instance(repository / model)
     x = np.random.default_rng(0).standard_normal((64, 2010)).astype(np.float32)
     want = reference_outputs(demo_onnx(), {"np_script_embeddings": x})["np_logits"]
     debug = {"TRITON_ORT_LOG_LEVEL": "DEBUG", "TRITON_ORT_COUNT_COPIES": "1"}
@@ -249,8 +252,12 @@ def test_cuda_shm_requests_through_tritonserver_copy_only_what_the_output_placem
         answers["demo numpy"] = infer(client, "demo", {"np_script_embeddings": x}, ["np_logits"])[0][
             "np_logits"
         ]
-        executes = _wait_for(lambda: ExecuteStats.from_log(server.log()[loaded:]), 3)
-        cupti = _wait_for(lambda: cupti_counts_from_log(server.log()[loaded:]), 3)
+        executes = wait_for(
+            lambda: _at_least(ExecuteStats.from_log(server.log()[loaded:]), 3), 20, "3 records"
+        )
+        cupti = wait_for(
+            lambda: _at_least(cupti_counts_from_log(server.log()[loaded:]), 3), 20, "3 CUPTI counts"
+        )
         log = server.log()
         concurrent = _concurrent_answers_are_right(server.grpc_url, ("demo", "demo_device"))
     print("\n".join(line for line in log.splitlines() if "triton_ort" in line or "model.py" in line))

@@ -22,15 +22,17 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
 import torch
+from numpy.typing import NDArray
 
-from tests.paths import ROOT, demo_onnx, read_config, write_config
+from tests.paths import ROOT, Tolerance, demo_onnx
 from triton_ort.copy_counter import cupti_counts_from_log, device_copy_counts_from_log
 from triton_ort.stats import ExecuteStats
+from triton_ort.testing.repository import read_config, write_config
 from triton_ort.testing.server import LocalTritonServer
 
 pytestmark = [
@@ -38,7 +40,7 @@ pytestmark = [
     pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs at least two CUDA GPUs"),
 ]
 T = TypeVar("T")
-TF32 = {"rtol": 2e-3, "atol": 2e-3}  # ORT's CUDA EP uses TF32 for fp32 GEMMs on Hopper
+TF32: Tolerance = {"rtol": 2e-3, "atol": 2e-3}  # ORT's CUDA EP uses TF32 for fp32 GEMMs on Hopper
 POOL_BYTES = 256 << 20
 STUB = "triton_python_backend_stub"
 
@@ -136,7 +138,8 @@ def stub_memory_by_gpu(server_pid: int) -> dict[int, dict[int, int]]:
 def test_one_instance_per_gpu_holds_memory_on_its_own_gpu_only(tmp_path: Path) -> None:
     import tritonclient.grpc as grpcclient
 
-    from client.triton_client import infer, reference_outputs
+    from triton_ort.testing.reference import reference_outputs
+    from triton_ort.testing.transport import infer
 
     repository = gpu_repository(tmp_path, "demo_per_gpu", gpus=[0, 1])
     rng = np.random.default_rng(2)
@@ -145,7 +148,7 @@ def test_one_instance_per_gpu_holds_memory_on_its_own_gpu_only(tmp_path: Path) -
     with running(repository) as server:
         client = grpcclient.InferenceServerClient(server.grpc_url)
 
-        def ask(i: int) -> np.ndarray:
+        def ask(i: int) -> NDArray[Any]:
             return infer(client, "demo_per_gpu", {"np_script_embeddings": xs[i]}, ["np_logits"])[0][
                 "np_logits"
             ]
@@ -174,7 +177,7 @@ def test_cuda_shm_input_on_the_instances_gpu_is_not_copied_and_on_another_costs_
     import tritonclient.grpc as grpcclient
 
     from client.cuda_shm import CudaShmIO
-    from client.triton_client import reference_outputs
+    from triton_ort.testing.reference import reference_outputs
 
     repository = gpu_repository(tmp_path, "demo_gpu1", gpus=[1], output_placement="device")
     x = np.random.default_rng(3).standard_normal((64, 2010)).astype(np.float32)

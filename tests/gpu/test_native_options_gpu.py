@@ -3,11 +3,14 @@ the instance's stream, and the tensorrt accelerator either runs or fails the loa
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
-
 from client.triton_client import reference_outputs
+from numpy.typing import NDArray
+
 from tests.paths import demo_onnx
 from triton_ort import IOBindingRunner, ModelOptions, Placement, ProviderError, create_session
 from triton_ort.options import parse_options
@@ -16,7 +19,7 @@ from triton_ort.session import CUDA_EP, TENSORRT_EP
 pytestmark = pytest.mark.gpu
 
 
-def run_demo(options: ModelOptions) -> tuple[list[str], np.ndarray]:
+def run_demo(options: ModelOptions) -> tuple[list[str], NDArray[Any]]:
     stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     placement = Placement("cuda", 0, stream.cuda_stream)
     session = create_session(demo_onnx(), options, placement)

@@ -15,10 +15,11 @@ import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from client.triton_client import infer, reference_outputs
 from tests.paths import DEMO_MODEL_PY, SERVER_TOLERANCE, demo_onnx
 from triton_ort.metrics import FLUSH_INTERVAL_S
+from triton_ort.testing.reference import reference_outputs
 from triton_ort.testing.server import LocalTritonServer
+from triton_ort.testing.transport import infer
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.support import MEASUREMENTS
-from tests.reliability_repository import build_reliability_repository
+from tests.repository import build_reliability_repository
+from triton_ort.testing.releases import Release, server_release
 from triton_ort.testing.server import LocalTritonServer
 
 
@@ -20,6 +21,12 @@ def server(reliability_repository: Path) -> Iterator[LocalTritonServer]:
     """One tritonserver with every reliability model, shared by the bad-input and load tests."""
     with LocalTritonServer(reliability_repository) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def release(server: LocalTritonServer) -> Release:
+    """What the running Triton release answers its own way (status codes, wording, stub restarts)."""
+    return server_release(server.http_url)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

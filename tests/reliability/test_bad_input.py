@@ -11,58 +11,67 @@ ones must get their correct answers. After every case the server must still be r
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from client.triton_client import reference_outputs
 from tests.paths import DEMO_MAX_BATCH, SERVER_TOLERANCE, demo_onnx
-from tests.reliability.support import (
-    CLIENT_ERROR,
-    DEMO_INPUT,
-    DEMO_OUTPUT,
+from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, assert_demo_answer, measured
+from tests.repository import MULTI_IO
+from triton_ort.testing.malformed import malformed_requests
+from triton_ort.testing.reference import reference_outputs
+from triton_ort.testing.releases import ErrorCode, Release
+from triton_ort.testing.server import LocalTritonServer
+from triton_ort.testing.transport import (
     Answer,
-    assert_demo_answer,
+    RawTensor,
+    TensorMeta,
+    Tensors,
     binary_body,
     grpc_raw,
     http_raw,
-    measured,
-    new_batches,
     statistics,
     tritonclient_infer,
 )
-from triton_ort.testing.server import LocalTritonServer
 
 pytestmark = pytest.mark.integration
 
 RNG = np.random.default_rng(7)
 X = RNG.standard_normal((2, 2010)).astype(np.float32)
 PROTOCOLS = ("http", "grpc")
-# Triton 2.47 (24.06) is the first release with triton-inference-server/core#350: input byte size checked.
-FIRST_TRITON_CHECKING_BYTE_SIZE = (2, 47)
-
-
-def _multi_io(rows: int = 1) -> dict[str, np.ndarray]:
-    return {
-        "a": RNG.standard_normal((rows, 3)).astype(np.float16),
-        "b": RNG.integers(-9, 9, (rows, 4)).astype(np.int64),
-        "c": RNG.integers(0, 2, (rows, 2)).astype(bool),
-    }
 
 
 @dataclass(frozen=True)
 class BadCase:
+    """A malformed request, the Triton error code it must get (None: answered), and what the message says.
+
+    `per_release` replaces code and message where a release answers its own way (releases.py)."""
+
     id: str
+    protocol: str
     send: Callable[[LocalTritonServer], Answer]
-    statuses: frozenset[str]
+    code: ErrorCode | None
     says: tuple[str, ...]
+    pattern: re.Pattern[str] | None = None
+    per_release: Callable[[Release], tuple[frozenset[str], tuple[str, ...]]] | None = None
+
+    def expected(self, release: Release) -> tuple[frozenset[str], tuple[str, ...]]:
+        if self.per_release is not None:
+            return self.per_release(release)
+        status = "OK" if self.code is None else release.status(self.protocol, self.code)
+        return frozenset({status}), self.says
 
 
-def _tc(protocol: str, model: str, inputs: list, outputs: list[str] | None = None) -> Callable:
+Send = Callable[[LocalTritonServer], Answer]
+
+
+def _tc(protocol: str, model: str, inputs: Tensors, outputs: list[str] | None = None) -> Send:
     def send(server: LocalTritonServer) -> Answer:
         url = server.http_url if protocol == "http" else server.grpc_url
         return tritonclient_infer(protocol, url, model, inputs, outputs)
@@ -70,111 +79,48 @@ def _tc(protocol: str, model: str, inputs: list, outputs: list[str] | None = Non
     return send
 
 
-def _json(model: str, body: bytes | dict, headers: dict[str, str] | None = None) -> Callable:
+def _json(model: str, body: bytes | dict[str, Any], headers: dict[str, str] | None = None) -> Send:
     return lambda server: http_raw(server.http_url, model, body, headers)
 
 
-def _grpc(model: str, tensors: list[tuple[str, list[int], str, bytes]]) -> Callable:
+def _grpc(model: str, tensors: list[RawTensor]) -> Send:
     return lambda server: grpc_raw(server.grpc_url, model, tensors)
 
 
-def _json_demo(shape: list[int], data: list, datatype: str = "FP32", copies: int = 1) -> dict:
+def _json_demo(shape: list[int], data: list[Any], datatype: str = "FP32", copies: int = 1) -> dict[str, Any]:
     return {"inputs": [{"name": DEMO_INPUT, "shape": shape, "datatype": datatype, "data": data}] * copies}
 
 
 def _tritonclient_cases() -> list[BadCase]:
+    """The shared catalogue (triton_ort.testing.malformed) for the demo and multi_io, over both protocols,
+    and what only a name can get wrong: an unknown output, an unknown model."""
+    models = {
+        "demo": ([TensorMeta(DEMO_INPUT, "FP32", (-1, 2010))], DEMO_MAX_BATCH),
+        "multi_io": (
+            [TensorMeta(t.name, t.data_type, (-1, *t.dims)) for t in MULTI_IO.inputs],
+            MULTI_IO.max_batch_size,
+        ),
+    }
     cases = []
-    multi = _multi_io()
     for protocol in PROTOCOLS:
-        client_error = frozenset({CLIENT_ERROR[protocol]})
-
-        def case(
-            name: str,
-            model: str,
-            inputs: list,
-            says: tuple[str, ...],
-            outputs: list[str] | None = None,
-            statuses: frozenset[str] = client_error,
-            protocol: str = protocol,
-        ) -> None:
-            send = _tc(protocol, model, inputs, outputs)
-            cases.append(BadCase(f"{protocol}-{name}", send, statuses, says))
-
-        expected_shape = f"unexpected shape for input '{DEMO_INPUT}' for model 'demo'. Expected [-1,2010]"
-        case(
-            "wrong_dtype",
-            "demo",
-            [(DEMO_INPUT, X.astype(np.float64))],
-            (f"inference input '{DEMO_INPUT}' data-type is 'FP64', but model 'demo' expects 'FP32'",),
+        for model, (metas, max_batch_size) in models.items():
+            for bad in malformed_requests(model, metas, max_batch_size, seed=7):
+                send = _tc(protocol, model, bad.inputs)
+                cases.append(
+                    BadCase(f"{protocol}-{model}-{bad.kind}", protocol, send, bad.code, (), bad.says)
+                )
+        unknown_output = _tc(protocol, "demo", [(DEMO_INPUT, X)], ["nope"])
+        says_output = ("unexpected inference output 'nope' for model 'demo'",)
+        cases.append(
+            BadCase(f"{protocol}-unknown_output", protocol, unknown_output, "INVALID_ARG", says_output)
         )
-        case("wrong_rank", "demo", [(DEMO_INPUT, X[np.newaxis])], (expected_shape, "got [1,2,2010]"))
-        case(
-            "wrong_inner_dims",
-            "demo",
-            [(DEMO_INPUT, np.zeros((2, 2000), np.float32))],
-            (expected_shape, "got [2,2000]"),
-        )
-        case(
-            "missing_input",
-            "multi_io",
-            [("a", multi["a"]), ("b", multi["b"])],
-            ("expected 3 inputs but got 2 inputs for model 'multi_io'",),
-        )
-        case(
-            "unknown_input",
-            "multi_io",
-            [("a", multi["a"]), ("b", multi["b"]), ("bogus", multi["c"])],
-            ("unexpected inference input 'bogus' for model 'multi_io'",),
-        )
-        case(
-            "extra_input",
-            "demo",
-            [(DEMO_INPUT, X), ("bogus", X)],
-            ("expected 1 inputs but got 2 inputs for model 'demo'",),
-        )
-        case(
-            "duplicate_input",
-            "demo",
-            [(DEMO_INPUT, X), (DEMO_INPUT, X)],
-            (f"input '{DEMO_INPUT}' already exists in request",),
-        )
-        case(
-            "batch_above_max_batch_size",
-            "demo",
-            [(DEMO_INPUT, np.zeros((DEMO_MAX_BATCH + 1, 2010), np.float32))],
-            (f"inference request batch-size must be <= {DEMO_MAX_BATCH} for 'demo'",),
-        )
-        case(
-            "bytes_for_numeric_input",
-            "demo",
-            [(DEMO_INPUT, np.full((2, 2010), b"0.5", dtype=np.object_), "BYTES")],
-            (f"inference input '{DEMO_INPUT}' data-type is 'BYTES', but model 'demo' expects 'FP32'",),
-        )
-        case(
-            "inputs_disagree_on_batch_size",
-            "multi_io",
-            [("a", _multi_io(2)["a"]), ("b", _multi_io(3)["b"]), ("c", _multi_io(2)["c"])],
-            ("input 'b' batch size does not match other inputs for 'multi_io'",),
-        )
-        case(
-            "unknown_output",
-            "demo",
-            [(DEMO_INPUT, X)],
-            ("unexpected inference output 'nope' for model 'demo'",),
-            outputs=["nope"],
-        )
-        case(
-            "unknown_model",
-            "no_such_model",
-            [(DEMO_INPUT, X)],
-            ("Request for unknown model: 'no_such_model' is not found",),
-            statuses=frozenset({"400", "StatusCode.NOT_FOUND"}),
-        )
+        unknown_model = _tc(protocol, "no_such_model", [(DEMO_INPUT, X)])
+        says_model = ("Request for unknown model: 'no_such_model' is not found",)
+        cases.append(BadCase(f"{protocol}-unknown_model", protocol, unknown_model, "NOT_FOUND", says_model))
     return cases
 
 
 def _raw_cases() -> list[BadCase]:
-    client_error = frozenset({"400"})
     expected_shape = f"unexpected shape for input '{DEMO_INPUT}' for model 'demo'. Expected [-1,2010]"
     one_row = X[:1].tobytes()
     short_body, short_headers = binary_body([(DEMO_INPUT, [1, 2010], "FP32", one_row)], [DEMO_OUTPUT])
@@ -192,58 +138,69 @@ def _raw_cases() -> list[BadCase]:
         }
     ).encode()
     truncated = header + one_row[:-4]
+    # What Triton's own JSON reader refuses is INTERNAL (server src/http_server.cc: TRITONJSON_STATUSRETURN,
+    # and "Shape does not match true shape of 'data'"): HTTP 500 from 2.42 on, 400 before (releases.py).
     return [
         BadCase(
             "json-rank_without_batch_axis",
+            "http",
             _json("demo", _json_demo([4], [0.0] * 4)),
-            client_error,
+            "INVALID_ARG",
             (expected_shape, "got [4]"),
         ),
         # With max_batch_size > 0 Triton reads the first axis as the batch: [2010] is a batch of 2010 rows.
         BadCase(
             "json-rank_1_read_as_batch",
+            "http",
             _json("demo", _json_demo([2010], [0.0] * 2010)),
-            client_error,
+            "INVALID_ARG",
             (f"inference request batch-size must be <= {DEMO_MAX_BATCH} for 'demo'",),
         ),
         BadCase(
             "json-duplicate_input",
+            "http",
             _json("demo", _json_demo([1, 2010], [0.0] * 2010, copies=2)),
-            client_error,
+            "INVALID_ARG",
             (f"input '{DEMO_INPUT}' already exists in request",),
         ),
         BadCase(
             "json-bytes_datatype_for_numeric_input",
+            "http",
             _json("demo", _json_demo([1, 2010], ["0.5"] * 2010, datatype="BYTES")),
-            client_error,
+            "INVALID_ARG",
             (f"inference input '{DEMO_INPUT}' data-type is 'BYTES', but model 'demo' expects 'FP32'",),
         ),
         BadCase(
             "json-strings_in_numeric_data",
+            "http",
             _json("demo", _json_demo([1, 2010], ["a"] * 2010)),
-            client_error,
+            "INTERNAL",
             ("Unable to parse 'data': attempt to access JSON non-number as double",),
         ),
         BadCase(
             "json-data_shorter_than_shape",
+            "http",
             _json("demo", _json_demo([1, 2010], [0.0] * 2000)),
-            client_error,
+            "INTERNAL",
             ("Unable to parse 'data': Shape does not match true shape of 'data' field",),
         ),
         BadCase(
             "json-negative_dimension",
+            "http",
             _json("demo", _json_demo([-1, 2010], [0.0] * 2010)),
-            client_error,
+            "INTERNAL",
             ("Unable to parse 'shape'",),
         ),
         BadCase(
             "json-not_json",
+            "http",
             _json("demo", b'{"inputs": [ {"name": '),
-            client_error,
+            "INTERNAL",
             ("failed to parse the request JSON buffer",),
         ),
         BadCase(
             "binary-body_shorter_than_its_header_says",
+            "http",
             _json(
                 "demo",
                 truncated,
@@ -252,34 +209,42 @@ def _raw_cases() -> list[BadCase]:
                     "Content-Type": "application/octet-stream",
                 },
             ),
-            client_error,
+            "INVALID_ARG",
             (f"unexpected size for input '{DEMO_INPUT}', expecting 4 additional bytes for model 'demo'",),
         ),
         BadCase(
             "binary-well_formed_control",  # the same body, complete: must be answered (guards the case above)
+            "http",
             _json("demo", short_body, short_headers),
-            frozenset({"OK"}),
+            None,
             (),
         ),
         BadCase(
             "grpc_raw-duplicate_input",
+            "grpc",
             _grpc("demo", [(DEMO_INPUT, [1, 2010], "FP32", one_row)] * 2),
-            frozenset({"StatusCode.INVALID_ARGUMENT"}),
+            "INVALID_ARG",
             (f"input '{DEMO_INPUT}' already exists in request",),
         ),
         # A tensor larger than any device: 4 TiB claimed. Refused on its shape before anything is allocated.
         BadCase(
             "grpc_raw-tensor_larger_than_any_device",
+            "grpc",
             _grpc("demo", [(DEMO_INPUT, [1, 2**40], "FP32", one_row)]),
-            frozenset({"StatusCode.INVALID_ARGUMENT"}),
+            "INVALID_ARG",
             (expected_shape, "got [1,1099511627776]"),
         ),
-        # Triton 23.12 lets -1 through to the python backend, which reads it as 2**32 - 1 rows.
+        # Worded per release: Release.negative_dimension_grpc.
         BadCase(
             "grpc_raw-negative_dimension",
+            "grpc",
             _grpc("demo", [(DEMO_INPUT, [-1, 2010], "FP32", one_row)]),
-            frozenset({"StatusCode.INVALID_ARGUMENT", "StatusCode.INTERNAL"}),
-            ("batch size",),
+            None,
+            (),
+            per_release=lambda release: (
+                release.negative_dimension_grpc[0],
+                (release.negative_dimension_grpc[1],),
+            ),
         ),
     ]
 
@@ -289,7 +254,7 @@ CASES = _tritonclient_cases() + _raw_cases()
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_malformed_request_gets_a_clear_error_and_its_neighbours_their_answers(
-    server: LocalTritonServer, case: BadCase
+    server: LocalTritonServer, release: Release, case: BadCase
 ) -> None:
     neighbours = [RNG.standard_normal((3, 2010)).astype(np.float32) for _ in range(3)]
     with ThreadPoolExecutor(4) as pool:
@@ -303,9 +268,14 @@ def test_malformed_request_gets_a_clear_error_and_its_neighbours_their_answers(
         ]
         bad = pool.submit(case.send, server)
     answer = bad.result()
-    assert answer.status in case.statuses, f"{case.id}: {answer.status} {answer.message}"
-    for fragment in case.says:
+    statuses, says = case.expected(release)
+    assert answer.status in statuses, f"{case.id}: {answer.status} {answer.message}"
+    for fragment in says:
         assert fragment in answer.message, f"{case.id}: {fragment!r} not in {answer.message!r}"
+    if case.pattern is not None:
+        assert case.pattern.search(answer.message), (
+            f"{case.id}: {case.pattern.pattern!r} not in {answer.message!r}"
+        )
     for future, x in zip(good, neighbours, strict=True):
         assert_demo_answer(future.result(), x)
     assert httpclient.InferenceServerClient(server.http_url).is_server_ready()
@@ -328,26 +298,21 @@ def test_zero_row_batch_gets_an_answer_or_an_error_and_nothing_breaks(
     assert_demo_answer(tritonclient_infer(protocol, url, "demo", [(DEMO_INPUT, X)], [DEMO_OUTPUT]), X)
 
 
-def _triton_version(server: LocalTritonServer) -> tuple[int, ...]:
-    version = httpclient.InferenceServerClient(server.http_url).get_server_metadata()["version"]
-    return tuple(int(part) for part in version.split(".")[:2])
-
-
 @pytest.mark.parametrize("transport", ["http_binary", "grpc_raw"])
 @pytest.mark.parametrize("payload", ["4_bytes_short", "4_bytes_long"])
 def test_payload_of_the_wrong_length_is_refused(
-    server: LocalTritonServer, request: pytest.FixtureRequest, transport: str, payload: str
+    server: LocalTritonServer, release: Release, request: pytest.FixtureRequest, transport: str, payload: str
 ) -> None:
     """A [1, 2010] FP32 tensor is 8040 bytes; a payload that says (consistently) it has 8036 or 8044 must
     be refused. Triton before 2.47 (24.06, triton-inference-server/core#350) does not check: it answers,
     and for a short payload the model reads bytes past the payload, from Triton's shared memory, where an
     earlier request's data may still lie (docs/reliability.md shows one leaking into an answer)."""
-    if _triton_version(server) < FIRST_TRITON_CHECKING_BYTE_SIZE:
+    if not release.checks_input_byte_size:
         request.applymarker(
             pytest.mark.xfail(
                 strict=True,
                 reason="Triton < 2.47 accepts a payload whose length does not match its shape "
-                "(server#7171, fixed by core#350 in 24.06); no python-backend API lets model.py see it",
+                "(fixed in 24.06); no python-backend API lets model.py see it",
             )
         )
     one_row = X[:1].tobytes()
@@ -359,14 +324,16 @@ def test_payload_of_the_wrong_length_is_refused(
         answer = grpc_raw(server.grpc_url, "demo", [(DEMO_INPUT, [1, 2010], "FP32", raw)])
     assert httpclient.InferenceServerClient(server.http_url).is_server_ready()
     assert not answer.ok, f"a {len(raw)}-byte payload for an 8040-byte tensor was answered: {answer.outputs}"
-    assert answer.status in {"400", "StatusCode.INVALID_ARGUMENT"}
+    assert answer.status in release.statuses("INVALID_ARG")
     assert DEMO_INPUT in answer.message and "8040" in answer.message
 
 
 # --- requests that reach model.py, in one execute() with good neighbours ------------------------------
 
 
-def _send_together(server: LocalTritonServer, model: str, requests: list[list], outputs: list[str]) -> list:
+def _send_together(
+    server: LocalTritonServer, model: str, requests: Sequence[Tensors], outputs: list[str]
+) -> list[Answer]:
     """Concurrent requests (alternating HTTP and gRPC); returns the answers and the new batches."""
     before = statistics(server.http_url, model)
     with ThreadPoolExecutor(len(requests)) as pool:
@@ -383,15 +350,17 @@ def _send_together(server: LocalTritonServer, model: str, requests: list[list], 
         ]
         answers = [f.result() for f in futures]
     after = statistics(server.http_url, model)
-    executions = after["executions"] - before["executions"]
-    batches = new_batches(before, after)
+    executions = after.executions - before.executions
+    batches = after.new_batches(before)
     measured(f"{model}: {len(requests)} concurrent requests ran in {executions} execute() call(s): {batches}")
     assert executions < len(requests), f"nothing was batched: {executions} executions, {batches}"
     assert httpclient.InferenceServerClient(server.http_url).is_server_ready()
     return answers
 
 
-def test_value_dependent_ort_failure_fails_alone_in_its_batch(server: LocalTritonServer) -> None:
+def test_value_dependent_ort_failure_fails_alone_in_its_batch(
+    server: LocalTritonServer, release: Release
+) -> None:
     xs = [RNG.standard_normal((1, 4)).astype(np.float32) for _ in range(8)]
     idxs = [np.array([[i % 4]], dtype=np.int64) for i in range(8)]
     idxs[3] = np.array([[9]], dtype=np.int64)  # out of range: ORT fails for this request's values only
@@ -400,15 +369,17 @@ def test_value_dependent_ort_failure_fails_alone_in_its_batch(server: LocalTrito
     )
     for i, answer in enumerate(answers):
         if i == 3:
-            assert answer.status in {"400", "StatusCode.INVALID_ARGUMENT", "StatusCode.INTERNAL"}, answer
-            assert "inference failed" in answer.message and "GatherElements" in answer.message
+            assert answer.status in release.statuses("INVALID_ARG"), answer
+            assert "could not compute this request" in answer.message and "GatherElements" in answer.message
             assert "Out of range value in index tensor" in answer.message
         else:
             assert answer.ok, answer
             np.testing.assert_array_equal(answer.outputs["out"], xs[i][:, idxs[i][0, 0]].reshape(1, 1))
 
 
-def test_allocation_larger_than_the_device_fails_alone_in_its_batch(server: LocalTritonServer) -> None:
+def test_allocation_larger_than_the_device_fails_alone_in_its_batch(
+    server: LocalTritonServer, release: Release
+) -> None:
     """`blowup` needs rows * max(size) floats of ORT memory. size 2**48 asks for 1 PiB per row: the
     allocation is refused at once (beyond RAM and the address space), nothing is touched."""
     xs = [RNG.standard_normal((2, 1)).astype(np.float32) for _ in range(6)]
@@ -420,7 +391,8 @@ def test_allocation_larger_than_the_device_fails_alone_in_its_batch(server: Loca
     for i, answer in enumerate(answers):
         if i == 2:
             assert not answer.ok and answer.status != "NO_ANSWER", answer
-            assert "Failed to allocate memory for requested buffer of size" in answer.message, answer
+            assert answer.status in release.statuses("INVALID_ARG"), answer  # its own size cannot fit
+            assert "this request needs a buffer of" in answer.message, answer
         else:
             assert answer.ok, answer
             np.testing.assert_array_equal(answer.outputs["out"], xs[i])
@@ -438,7 +410,7 @@ def test_requests_that_cannot_be_gathered_run_apart_in_one_execute(server: Local
     for (_, n, m), (x, y), answer in zip(shapes, pairs, answers, strict=True):
         if n != m:
             assert not answer.ok and answer.status != "NO_ANSWER", answer
-            assert "inference failed" in answer.message and "3 by 5" in answer.message, answer
+            assert "could not compute this request" in answer.message and "3 by 5" in answer.message, answer
         else:
             assert answer.ok, answer
             np.testing.assert_array_equal(answer.outputs["z"], x + y)
@@ -458,21 +430,23 @@ def test_nan_and_inf_pass_through_and_touch_no_other_row(server: LocalTritonServ
     assert np.isfinite(answers[1].outputs[DEMO_OUTPUT][1]).all()  # the row beside it is untouched
 
 
-def test_malformed_requests_do_not_disturb_the_batch_they_arrive_with(server: LocalTritonServer) -> None:
+def test_malformed_requests_do_not_disturb_the_batch_they_arrive_with(
+    server: LocalTritonServer, release: Release
+) -> None:
     xs = [RNG.standard_normal((2, 2010)).astype(np.float32) for _ in range(6)]
-    bad = [
+    bad: list[Tensors] = [
         [(DEMO_INPUT, xs[0].astype(np.float64))],
         [(DEMO_INPUT, np.zeros((2, 2011), np.float32))],
         [(DEMO_INPUT, np.zeros((DEMO_MAX_BATCH + 1, 2010), np.float32))],
         [(DEMO_INPUT, np.full((1, 2010), b"1", dtype=np.object_), "BYTES")],
     ]
-    requests = [[(DEMO_INPUT, x)] for x in xs[:3]] + bad + [[(DEMO_INPUT, x)] for x in xs[3:]]
+    requests: list[Tensors] = [[(DEMO_INPUT, x)] for x in xs[:3]] + bad + [[(DEMO_INPUT, x)] for x in xs[3:]]
     answers = _send_together(server, "demo_batched", requests, [DEMO_OUTPUT])
     good = answers[:3] + answers[3 + len(bad) :]
     for x, answer in zip(xs, good, strict=True):
         assert_demo_answer(answer, x)
     for answer in answers[3 : 3 + len(bad)]:
-        assert answer.status in {"400", "StatusCode.INVALID_ARGUMENT"}, answer
+        assert answer.status in release.statuses("INVALID_ARG"), answer
         assert DEMO_INPUT in answer.message or f"batch-size must be <= {DEMO_MAX_BATCH}" in answer.message, (
             answer
         )
@@ -520,5 +494,5 @@ def test_errors_found_by_the_model_are_client_errors_over_grpc(server: LocalTrit
         [("x", np.ones((1, 3), np.float32)), ("y", np.ones((1, 5), np.float32))],
     )
     for answer in (gather, ragged):
-        assert answer.message.startswith("inference failed"), answer
+        assert answer.message.startswith("the model could not compute"), answer
         assert answer.status == "StatusCode.INVALID_ARGUMENT", f"{answer.status}: {answer.message[:120]}"

@@ -13,25 +13,22 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from client.soak import gpu_memory_by_pid, stub_processes
-from tests.paths import ROOT
-from tests.reliability.support import (
-    DEMO_INPUT,
-    DEMO_OUTPUT,
-    assert_demo_answer,
-    measured,
-    tritonclient_infer,
-    wait_for,
-)
-from tests.reliability_repository import blowup, build_demo_repository
-from tests.repository import _config, _tensor, add_model
+from tests import graphs
+from tests.paths import DEMO_MODEL_PY, ROOT
+from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, assert_demo_answer, measured
+from tests.repository import BLOWUP, build_demo_repository
+from triton_ort.testing.processes import gpu_memory_by_pid, stub_processes
+from triton_ort.testing.repository import add_model
 from triton_ort.testing.server import LocalTritonServer
+from triton_ort.testing.transport import tritonclient_infer
+from triton_ort.testing.waiting import wait_for
 
 pytestmark = [pytest.mark.gpu, pytest.mark.integration]
 
@@ -45,6 +42,7 @@ every execute (one JSON line: pid, executes, allocated, reserved)."""
 import importlib.util
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -125,18 +123,7 @@ def test_soak_keeps_torch_ort_and_process_gpu_memory_flat(tmp_path: Path) -> Non
 
 def test_allocation_larger_than_the_gpu_fails_alone_and_frees_what_it_took(tmp_path: Path) -> None:
     repository = tmp_path / "repository"
-    add_model(
-        repository,
-        "blowup_gpu",
-        blowup,
-        _config(
-            "blowup_gpu",
-            [_tensor("x", "FP32", [1]), _tensor("size", "INT64", [1])],
-            [_tensor("out", "FP32", [1])],
-            queue_delay_us=200_000,
-            kind="KIND_GPU",
-        ),
-    )
+    add_model(repository, replace(BLOWUP, name="blowup_gpu", kind="KIND_GPU"), DEMO_MODEL_PY, graphs.blowup)
     with LocalTritonServer(repository) as server:
         assert server.process is not None
         pid = server.process.pid
@@ -167,7 +154,9 @@ def test_allocation_larger_than_the_gpu_fails_alone_and_frees_what_it_took(tmp_p
         f"GPU allocation refused: stub GPU memory {before / MiB:.0f} -> {after / MiB:.0f} MiB; "
         f"{answers[1].message[:160]}"
     )
-    assert not answers[1].ok and answers[1].status != "NO_ANSWER", answers[1]
+    # Its own size cannot fit any GPU: the client's error, not a retryable shortage (triton_ort.errors).
+    assert answers[1].status == "StatusCode.INVALID_ARGUMENT", answers[1]
+    assert "this request needs a buffer of" in answers[1].message, answers[1]
     for i in (0, 2, 3):
         assert answers[i].ok, answers[i]
         np.testing.assert_array_equal(answers[i].outputs["out"], xs[i])

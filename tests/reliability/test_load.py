@@ -9,18 +9,21 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
+from numpy.typing import NDArray
 from tritonclient.utils import InferenceServerException
 
 from tests.paths import ROOT, SERVER_TOLERANCE
 from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, demo_reference, measured
-from tests.reliability_repository import build_demo_repository
+from tests.repository import build_demo_repository
 from triton_ort.testing.server import LocalTritonServer
+from triton_ort.testing.transport import infer_inputs
 
 pytestmark = pytest.mark.integration
 
@@ -37,8 +40,8 @@ class _InFlight:
 async def _one_client(
     index: int,
     server: LocalTritonServer,
-    inputs: list[np.ndarray],
-    wants: list[np.ndarray],
+    inputs: list[NDArray[Any]],
+    wants: list[NDArray[Any]],
     in_flight: _InFlight,
 ) -> list[str]:
     """One client of its own (its own connection), a few requests in a row; returns what went wrong."""
@@ -57,12 +60,12 @@ async def _one_client(
             bad = serial % BAD_EVERY == 0
             if bad:
                 x = np.zeros((1, 2011), np.float32)
-            item = module.InferInput(DEMO_INPUT, list(x.shape), "FP32")
-            item.set_data_from_numpy(x)
             in_flight.now += 1
             in_flight.peak = max(in_flight.peak, in_flight.now)
             try:
-                result = await asyncio.wait_for(client.infer("demo", [item]), 120)
+                result = await asyncio.wait_for(
+                    client.infer("demo", infer_inputs(module, {DEMO_INPUT: x})), 120
+                )
             except InferenceServerException as error:
                 if not (bad and f"unexpected shape for input '{DEMO_INPUT}'" in str(error.message())):
                     problems.append(f"request {serial}: {error.status()} {error.message()}")

@@ -14,6 +14,7 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tritonclient.grpc as grpcclient
@@ -76,7 +77,7 @@ def test_the_local_server_refuses_model_control_over_the_network(server: LocalTr
     assert http.is_model_ready("demo")
 
 
-def _post(url: str, body: dict) -> tuple[int, str]:
+def _post(url: str, body: dict[str, Any]) -> tuple[int, str]:
     request = urllib.request.Request(url, data=json.dumps(body).encode())
     try:
         with urllib.request.urlopen(request, timeout=10) as reply:

@@ -26,7 +26,7 @@ def model_folder(
     **config: object,
 ) -> Path:
     folder = repository / "m"
-    message = model_config_pb2.ModelConfig(name="m", backend=backend, **config)  # type: ignore[arg-type]
+    message = model_config_pb2.ModelConfig(name="m", backend=backend, **config)
     folder.mkdir(parents=True)
     (folder / "config.pbtxt").write_text(text_format.MessageToString(message))
     for version in versions:

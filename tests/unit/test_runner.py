@@ -1,11 +1,13 @@
 """IOBindingRunner against plain session.run(): same numbers, every dtype, clear input errors."""
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from numpy.typing import NDArray
 from onnx import TensorProto
 
 from tests import graphs
@@ -20,7 +22,7 @@ def runner_for(path: Path) -> IOBindingRunner:
     return IOBindingRunner(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]), CPU)
 
 
-def session_run(path: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def session_run(path: Path, inputs: dict[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, inputs), strict=True))

@@ -6,7 +6,7 @@ import onnxruntime as ort
 import pytest
 
 from tests.paths import demo_onnx
-from triton_ort import ModelOptions, Placement, ProviderError, create_session
+from triton_ort import ConfigError, ModelOptions, Placement, ProviderError, create_session
 from triton_ort.session import CUDA_EP, cuda_provider_options
 
 pytestmark = pytest.mark.skipif(
@@ -33,7 +33,7 @@ def test_cpu_fallback_is_explicit_and_logged(caplog: pytest.LogCaptureFixture) -
 
 
 def test_missing_onnx_file_is_named(tmp_path: pytest.TempPathFactory) -> None:
-    with pytest.raises(ProviderError, match=r"ONNX file .*nothing\.onnx does not exist"):
+    with pytest.raises(ConfigError, match=r"ONNX file .*nothing\.onnx does not exist"):
         create_session(
             demo_onnx().parent / "nothing.onnx", ModelOptions(onnx_file="nothing.onnx"), Placement("cpu")
         )

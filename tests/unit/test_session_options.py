@@ -6,13 +6,12 @@ import onnxruntime as ort
 import pytest
 
 from tests.paths import demo_onnx
-from triton_ort import ModelOptions, Placement, create_session
+from triton_ort import ModelOptions, Placement, ProviderError, create_session
 from triton_ort.session import (
     CPU_EP,
     CUDA_EP,
     OPENVINO_EP,
     TENSORRT_EP,
-    ProviderError,
     _session_options,
     diagnose_missing_tensorrt_provider,
     requested_providers,

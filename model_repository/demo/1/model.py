@@ -22,7 +22,7 @@ import torch
 import torch.utils.dlpack
 import triton_python_backend_utils as pb_utils
 
-from triton_ort import InputError, ModelInstance, TritonOrtError
+from triton_ort import ModelInstance, TritonOrtError, triton_code
 from triton_ort.copy_counter import copy_counting_enabled, count_host_device_copies
 from triton_ort.metrics import triton_instance_metrics
 
@@ -64,13 +64,8 @@ def _read_inputs(request: pb_utils.InferenceRequest) -> dict[str, torch.Tensor]:
 
 def _response(result: dict[str, torch.Tensor] | Exception) -> pb_utils.InferenceResponse:
     if isinstance(result, Exception):
-        # A request that fails on its own tensors is the client's error (HTTP 400, gRPC INVALID_ARGUMENT),
-        # as for the errors Triton core finds; anything else is ours (INTERNAL: worth a retry).
-        code = (
-            pb_utils.TritonError.INVALID_ARG
-            if isinstance(result, InputError)
-            else pb_utils.TritonError.INTERNAL
-        )
+        # The library says whose error it is (triton_ort.errors.triton_code); Triton's constant carries it.
+        code = getattr(pb_utils.TritonError, triton_code(result))
         return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(result), code))
     # ModelInstance.infer has synchronised its stream, so raw capsules are safe to hand over unsynchronised
     # (a capsule skips the backend's own stream synchronisation, which an object with __dlpack__ would do).

@@ -1,0 +1,36 @@
+"""The per-release expectation table: what 2.41 (local, CI) and 2.51 (GPU host) answer their own way."""
+
+from __future__ import annotations
+
+import pytest
+
+from triton_ort.testing.releases import ErrorCode, release_for
+
+
+def test_http_answers_every_error_400_up_to_2_41_and_by_error_code_after() -> None:
+    old, new = release_for("2.41.0"), release_for("2.51.0")
+    codes: tuple[ErrorCode, ...] = ("INVALID_ARG", "INTERNAL", "NOT_FOUND", "UNAVAILABLE")
+    assert {old.status("http", code) for code in codes} == {"400"}
+    assert [new.status("http", code) for code in codes] == [
+        "400",
+        "500",
+        "404",
+        "503",
+    ]
+
+
+def test_grpc_status_follows_the_error_code_in_both() -> None:
+    for version in ("2.41.0", "2.51.0"):
+        assert release_for(version).status("grpc", "NOT_FOUND") == "StatusCode.NOT_FOUND"
+        assert release_for(version).statuses("INVALID_ARG") >= {"StatusCode.INVALID_ARGUMENT"}
+
+
+def test_stub_restart_and_byte_size_check_change_at_2_47() -> None:
+    assert release_for("2.46.0").restarts_killed_stub and not release_for("2.46.0").checks_input_byte_size
+    assert not release_for("2.47.0").restarts_killed_stub and release_for("2.47.0").checks_input_byte_size
+    assert release_for("2.51.0").negative_dimension_grpc[1] == "input byte size mismatch"
+
+
+def test_a_version_that_is_not_a_version_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match=r"'twenty' is not MAJOR\.MINOR"):
+        release_for("twenty")
