@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from tritonclient.utils import InferenceServerException
 
+from client.cli import one_line
 from client.triton_client import (
     compare,
     infer,
@@ -58,7 +60,9 @@ def check(protocol: str, url: str, args: argparse.Namespace) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m client.smoke",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--local", action="store_true", help="start (and stop) the local tritonserver")
     parser.add_argument("--http-url", default="127.0.0.1:8000")
@@ -72,7 +76,12 @@ def main() -> None:
     parser.add_argument("--atol", type=float, default=1e-3)
     args = parser.parse_args()
     with _server(args) as (http_url, grpc_url):
-        problems = check("http", http_url, args) + check("grpc", grpc_url, args)
+        problems = []
+        for protocol, url in (("http", http_url), ("grpc", grpc_url)):
+            try:
+                problems += check(protocol, url, args)
+            except (InferenceServerException, OSError) as error:  # unreachable server, unknown model
+                parser.exit(1, f"{parser.prog}: error: {protocol} {url}: {one_line(error)}\n")
     if problems:
         print("MISMATCH against in-process ONNX Runtime:\n  " + "\n  ".join(problems))
         sys.exit(1)
