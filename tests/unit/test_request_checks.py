@@ -8,10 +8,11 @@ import pytest
 from client.request_checks import ModelSignature, RequestError
 
 # The demo's config as the HTTP endpoint returns it (fields Triton adds are ignored by the parser).
+DEMO_INPUT = {"name": "np_script_embeddings", "data_type": "TYPE_FP32", "dims": [2010]}
 DEMO_CONFIG = {
     "name": "demo",
     "max_batch_size": 1024,
-    "input": [{"name": "np_script_embeddings", "data_type": "TYPE_FP32", "dims": [2010]}],
+    "input": [DEMO_INPUT],
     "output": [{"name": "np_logits", "data_type": "TYPE_FP32", "dims": [2]}],
     "instance_group": [{"kind": "KIND_CPU", "count": 1}],
     "some_field_of_a_later_release": True,
@@ -21,11 +22,7 @@ DEMO = ModelSignature.from_config(DEMO_CONFIG)
 
 def test_config_json_from_http_and_grpc_parses_alike() -> None:
     # gRPC's as_json writes int64 as strings.
-    grpc_style = {
-        **DEMO_CONFIG,
-        "max_batch_size": 1024,
-        "input": [{**DEMO_CONFIG["input"][0], "dims": ["2010"]}],
-    }
+    grpc_style = {**DEMO_CONFIG, "input": [{**DEMO_INPUT, "dims": ["2010"]}]}
     assert ModelSignature.from_config(grpc_style) == DEMO
     assert DEMO.inputs[0].datatype == "FP32" and DEMO.inputs[0].dims == (2010,)
 
