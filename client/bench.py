@@ -651,7 +651,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench.json")
     args = parser.parse_args()
 
-    report: dict[str, Any] = {"environment": environment(), "command": " ".join(sys.argv)}
+    # the command as a user types it (sys.argv[0] is this file's absolute path on this machine)
+    command = " ".join(["python -m client.bench", *sys.argv[1:]])
+    report: dict[str, Any] = {"environment": environment(), "command": command}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     placements: dict[str, str] = {}
     if args.sweep:
