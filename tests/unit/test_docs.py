@@ -88,3 +88,44 @@ def test_relative_markdown_links_resolve() -> None:
             if not resolved.exists() or not resolved.is_relative_to(ROOT):
                 broken.append(f"{path.relative_to(ROOT)}: {target}")
     assert broken == []
+
+
+def requests_argument(path: Path) -> int:
+    """The one `--requests N` a file's soak command passes (a test's argument list or a Makefile recipe)."""
+    found = re.findall(r'--requests"?,?\s+"?(\d+)', (ROOT / path).read_text())
+    assert len(found) == 1, f"{path}: expected one --requests, found {found}"
+    return int(found[0])
+
+
+def soak_sizes() -> dict[str, int]:
+    """The soak sizes the code runs, read from the code."""
+    from client.soak import parse_args
+
+    return {
+        "default": parse_args(["--local"]).requests,
+        "CI": requests_argument(Path("tests/reliability/test_load.py")),
+        "GPU": requests_argument(Path("tests/reliability/test_gpu_memory.py")),
+        "make soak": requests_argument(Path("Makefile")),
+    }
+
+
+def test_every_soak_size_the_docs_give_is_one_the_code_runs() -> None:
+    sizes = set(soak_sizes().values())
+    for path in [ROOT / "README.md", ROOT / "client" / "soak.py", *sorted((ROOT / "docs").glob("*.md"))]:
+        for given in re.findall(r"--requests[ =](\d+)", path.read_text()):
+            assert int(given) in sizes, f"{path.relative_to(ROOT)}: --requests {given}, the code runs {sizes}"
+
+
+def test_the_docs_name_each_soak_size() -> None:
+    sizes = soak_sizes()
+    reliability = (ROOT / "docs" / "reliability.md").read_text()
+    assert f"{sizes['default']:,} requests is `client.soak`'s default" in reliability
+    assert f"{sizes['CI']:,} is the CI size" in reliability
+    assert f"{sizes['GPU']:,} is the GPU soak" in reliability
+    assert f"{sizes['make soak']:,} is `make soak`" in reliability
+    help_line = next(
+        line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith("soak:")
+    )
+    assert f"{sizes['make soak'] // 1000}k " in help_line
+    docstring = (ROOT / "client" / "soak.py").read_text().split('"""')[1]
+    assert f"{sizes['default']:,} requests" in docstring
