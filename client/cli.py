@@ -82,6 +82,8 @@ def _output_layout(metadata: dict[str, Any], batch: int) -> dict[str, tuple[np.d
 
 
 def run_infer(client: Any, args: argparse.Namespace) -> int:
+    if args.expect and not args.expect.is_file():
+        raise RequestError(f"--expect {args.expect}: no such file; expected an .npz of outputs (--save)")
     metadata = model_metadata(client, args.model)
     inputs = _load_inputs(args, client, metadata)
     if args.cuda_shm:

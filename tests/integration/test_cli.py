@@ -123,6 +123,8 @@ def test_bad_input_arguments_are_refused(server: LocalTritonServer, tmp_path: Pa
     assert_one_line_error(unknown, 2, "'embeddings'", "expected one of np_script_embeddings")
     missing = cli(server, "infer", "demo", "--input", f"np_script_embeddings={tmp_path / 'none.npy'}")
     assert_one_line_error(missing, 2, "cannot read", "none.npy")
+    no_expect = cli(server, "infer", "demo", "--expect", str(tmp_path / "none.npz"))
+    assert_one_line_error(no_expect, 2, "--expect", "none.npz", "no such file")
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
