@@ -25,11 +25,13 @@ import contextlib
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,11 @@ from typing import Any
 import numpy as np
 import torch
 import tritonclient.grpc as grpcclient
+
+try:
+    from tqdm import tqdm
+except ImportError:  # a host with a preinstalled stack and no package index: no progress line there
+    tqdm = None
 
 from client.load import Workload, load_in_processes, request_workers
 from triton_ort.testing.reference import compare
@@ -74,8 +81,44 @@ class Measurement:
         )
 
 
+_progress_bar: list[tqdm[Any]] = []  # the run's one progress line, made by the first measurement
+
+
 def _progress(text: str) -> None:
-    print(f"measuring {text}", file=sys.stderr, flush=True)
+    """The measurement now running, on one tqdm line on a terminal; nothing when stderr is a file or a
+    pipe (disable=None), so that logs and captured output hold the tables only."""
+    if tqdm is None:
+        return
+    if not _progress_bar:
+        _progress_bar.append(
+            tqdm(desc="measuring", unit=" points", file=sys.stderr, disable=None, leave=False)
+        )
+    _progress_bar[0].set_postfix_str(text, refresh=False)
+    _progress_bar[0].update()
+
+
+def _note(text: str) -> None:
+    """A line on stderr that does not break the progress line."""
+    if tqdm is None:
+        print(text, file=sys.stderr)
+    else:
+        tqdm.write(text, file=sys.stderr)
+
+
+def aligned(
+    header: Sequence[str], rows: Sequence[Sequence[str]], numbers: range = range(0), sep: str = "  "
+) -> str:
+    """A text table whose columns are as wide as their widest cell: the columns in `numbers`
+    right-aligned, the others left-aligned; a dashed line under the header."""
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return sep.join(
+            cell.rjust(width) if i in numbers else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
 
 
 def measure_floor(
@@ -195,50 +238,60 @@ def measure_server(
 
 @contextlib.contextmanager
 def pytriton_server(onnx_path: Path, name: str) -> Iterator[str]:
+    """PyTriton serving the same function in a child process. Its log and its workspace (model store,
+    sockets) live in a temporary folder that is removed afterwards, whatever happened."""
     from triton_ort.testing.server import free_port
 
     ports = [free_port() for _ in range(3)]
-    command = [
-        sys.executable,
-        "-m",
-        "client.bench_pytriton_server",
-        "--onnx",
-        str(onnx_path),
-        "--name",
-        name,
-        "--http-port",
-        str(ports[0]),
-        "--grpc-port",
-        str(ports[1]),
-        "--metrics-port",
-        str(ports[2]),
-    ]
-    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"pytriton_{name}.log", "w+b")  # noqa: SIM115
-    # As for our server: the stub must load this Python's libpython, not another 3.X found first by ld.so.
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = ":".join(
-        filter(None, [sysconfig.get_config_var("LIBDIR"), env.get("LD_LIBRARY_PATH")])
-    )
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{ports[1]}")
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            with contextlib.suppress(Exception):
-                if client.is_model_ready(name):
-                    break
-            if process.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                raise RuntimeError(f"PyTriton did not start: {log.read().decode(errors='replace')[-3000:]}")
-            time.sleep(0.5)
-        yield f"127.0.0.1:{ports[1]}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+    # Short names: the workspace holds PyTriton's unix sockets, whose paths must fit in 107 bytes.
+    with tempfile.TemporaryDirectory(prefix="pytriton_") as folder:
+        command = [
+            sys.executable,
+            "-m",
+            "client.bench_pytriton_server",
+            "--onnx",
+            str(onnx_path),
+            "--name",
+            name,
+            "--http-port",
+            str(ports[0]),
+            "--grpc-port",
+            str(ports[1]),
+            "--metrics-port",
+            str(ports[2]),
+            "--workspace",
+            str(Path(folder) / "ws"),
+        ]
+        log_path = Path(folder) / "pytriton.log"
+        # As for our server: the stub must load this Python's libpython, not another 3.X found first by ld.so.
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = ":".join(
+            filter(None, [sysconfig.get_config_var("LIBDIR"), env.get("LD_LIBRARY_PATH")])
+        )
+        with open(log_path, "w+b") as log:
+            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            client = grpcclient.InferenceServerClient(f"127.0.0.1:{ports[1]}")
+            try:
+                deadline = time.monotonic() + 180
+                while True:
+                    with contextlib.suppress(Exception):
+                        if client.is_model_ready(name):
+                            break
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        log.seek(0)
+                        tail = log.read().decode(errors="replace")[-3000:]
+                        raise RuntimeError(f"PyTriton did not start: {tail}")
+                    time.sleep(0.5)
+                yield f"127.0.0.1:{ports[1]}"
+            finally:
+                # SIGINT is what PyTriton's serve() stops on cleanly: it stops its tritonserver and
+                # cleans the workspace (pytriton/triton.py, Triton.serve)
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
 
 
 def transport_for_ours() -> str:
@@ -362,7 +415,7 @@ def measure_cuda_graphs(
                     )
                 )
     except Exception as error:  # reported, and the rest of the run goes on
-        print(f"{model}: CUDA graphs could not be measured: {str(error)[-2000:]}", file=sys.stderr)
+        _note(f"{model}: CUDA graphs could not be measured: {str(error)[-2000:]}")
     return results
 
 
@@ -410,15 +463,16 @@ def crossover(
 
 
 def crossover_table(results: list[Measurement], repository: Path) -> str:
-    lines = ["", "output bytes/request | host p50 us | device p50 us | faster"]
+    rows = []
     for batch in sorted({m.batch for m in results}):
         host = _find(results, batch=batch, anchor="ours-host")
         device = _find(results, batch=batch, anchor="ours-device")
         if host and device:
             work_bytes = Workload.build(host.model, repository, batch).output_bytes
             faster = "host" if host.p50_us < device.p50_us else "device"
-            lines.append(f"{work_bytes:>20} | {host.p50_us:>11.0f} | {device.p50_us:>13.0f} | {faster}")
-    return "\n".join(lines)
+            rows.append([str(work_bytes), f"{host.p50_us:.0f}", f"{device.p50_us:.0f}", faster])
+    header = ["output bytes/request", "host p50 us", "device p50 us", "faster"]
+    return "\n" + aligned(header, rows, sep=" | ")
 
 
 def _find(results: list[Measurement], **keys: Any) -> Measurement | None:
@@ -427,7 +481,7 @@ def _find(results: list[Measurement], **keys: Any) -> Measurement | None:
 
 def ratio_table(results: list[Measurement], placements: dict[str, str]) -> str:
     """Ratios against the anchors of the same run, and what our code adds over the transport floor."""
-    lines = ["", f"{'model':<8} | {'measurement':<58} | value"]
+    table: list[list[str]] = []
     for model in dict.fromkeys(m.model for m in results):
         ms = [m for m in results if m.model == model]
         transport = "cuda-shm" if _find(ms, anchor="ours", transport="cuda-shm") else "numpy"
@@ -490,23 +544,36 @@ def ratio_table(results: list[Measurement], placements: dict[str, str]) -> str:
                     f"{ceiling.requests_per_s:.0f} req/s (ours {ours_top.requests_per_s:.0f})",
                 )
             )
-        lines += [f"{model:<8} | {name:<58} | {value}" for name, value in rows]
-    return "\n".join(lines)
+        table += [[model, name, value] for name, value in rows]
+    return "\n" + aligned(["model", "measurement", "value"], table, sep=" | ")
 
 
 def results_table(results: list[Measurement]) -> str:
-    header = (
-        f"{'model':<8} {'anchor':<15} {'transport':<10} {'conc':>4} {'batch':>5} {'n':>6} {'p50 us':>9} "
-        f"{'p95 us':>9} {'p99 us':>9} {'req/s':>8}  stages us (queue/in/infer/out)"
-    )
-    lines = [header]
+    header = ["model", "anchor", "transport", "conc", "batch", "n", "p50 us", "p95 us", "p99 us", "req/s"]
+    header.append("stages us (queue/in/infer/out)")
+    rows = []
     for m in results:
         stages = "/".join(f"{m.stages_us[s]:.0f}" for s in STAGES) if m.stages_us else "-"
-        lines.append(
-            f"{m.model:<8} {m.anchor:<15} {m.transport:<10} {m.concurrency:>4} {m.batch:>5} {m.requests:>6} "
-            f"{m.p50_us:>9.0f} {m.p95_us:>9.0f} {m.p99_us:>9.0f} {m.requests_per_s:>8.1f}  {stages}"
-        )
-    return "\n".join(lines)
+        numbers = [
+            m.concurrency,
+            m.batch,
+            m.requests,
+            f"{m.p50_us:.0f}",
+            f"{m.p95_us:.0f}",
+            f"{m.p99_us:.0f}",
+        ]
+        rows.append([m.model, m.anchor, m.transport, *map(str, numbers), f"{m.requests_per_s:.1f}", stages])
+    return aligned(header, rows, numbers=range(3, 10))
+
+
+def cpu_model() -> str:
+    """The CPU's name as /proc/cpuinfo gives it (platform.processor() says only x86_64 on Linux)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return " ".join(value.split())
+    return platform.processor() or platform.machine()
 
 
 def environment() -> dict[str, str]:
@@ -517,7 +584,7 @@ def environment() -> dict[str, str]:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "onnxruntime": onnxruntime.__version__,
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
         "cores": str(os.cpu_count()),
     }
     with contextlib.suppress(Exception):
@@ -572,7 +639,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench.json")
     args = parser.parse_args()
 
-    report: dict[str, Any] = {"environment": environment(), "command": " ".join(sys.argv)}
+    # the command as a user types it (sys.argv[0] is this file's absolute path on this machine)
+    command = " ".join(["python -m client.bench", *sys.argv[1:]])
+    report: dict[str, Any] = {"environment": environment(), "command": command}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     placements: dict[str, str] = {}
     if args.sweep:
@@ -586,12 +655,14 @@ def main() -> None:
             for model in args.models:
                 placements[model] = auto_placement(Workload.build(model, args.repository, BATCH[model]))
                 results += bench_model(model, server.grpc_url, args.repository, args)
-                print(f"\n{results_table([m for m in results if m.model == model])}", file=sys.stderr)
+                _note(f"\n{results_table([m for m in results if m.model == model])}")
                 args.out.write_text(json.dumps({**report, "results": [asdict(m) for m in results]}, indent=2))
         report["auto_output_placement"] = placements
         report["our_code_per_execute"] = (
             profile_executes(args.repository, args.models, args) if args.profile else {}
         )
+    for bar in _progress_bar:
+        bar.close()
     report["results"] = [asdict(m) for m in results]
     args.out.write_text(json.dumps(report, indent=2))
     tables = [results_table(results)]

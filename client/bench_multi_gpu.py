@@ -33,7 +33,8 @@ from numpy.typing import NDArray
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.grpc import model_config_pb2
 
-from client.triton_client import infer, reference_outputs
+from triton_ort.testing.reference import reference_outputs
+from triton_ort.testing.transport import infer
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_PY = ROOT / "model_repository" / "demo" / "1" / "model.py"

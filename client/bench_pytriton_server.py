@@ -30,6 +30,9 @@ def main() -> None:
     parser.add_argument("--http-port", type=int, required=True)
     parser.add_argument("--grpc-port", type=int, required=True)
     parser.add_argument("--metrics-port", type=int, required=True)
+    parser.add_argument(
+        "--workspace", type=Path, help="PyTriton's model store and sockets (default: under ~/.cache/pytriton)"
+    )
     args = parser.parse_args()
 
     stream = torch.cuda.Stream() if torch.cuda.is_available() else None  # type: ignore[no-untyped-call]
@@ -51,7 +54,7 @@ def main() -> None:
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
     )
-    with Triton(config=config) as triton:
+    with Triton(config=config, workspace=args.workspace) as triton:
         triton.bind(
             model_name=args.name,
             infer_func=infer,

@@ -6,6 +6,10 @@ python -m client.cli config demo
 python -m client.cli infer demo --batch 8                      # random inputs from the model's metadata
 python -m client.cli infer demo --input np_script_embeddings=x.npy --expect expected.npz
 python -m client.cli infer demo --cuda-shm                     # inputs and outputs in GPU memory
+
+Requests are checked against the model's config before they are sent (batch within max_batch_size,
+input names, dtypes and shapes). Exit status: 0 success, 1 wrong answer (--expect) or a server that could
+not be reached or refused the request, 2 a request or argument that was wrong (one line on stderr).
 """
 
 from __future__ import annotations
@@ -14,26 +18,51 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from numpy.typing import NDArray
-from tritonclient.utils import triton_to_np_dtype
+from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
+from client.request_checks import ModelSignature, RequestError
 from triton_ort.testing.reference import compare, random_inputs
 from triton_ort.testing.transport import infer, make_client, model_config, model_metadata, tensor_metas
 
 DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 
 
-def _load_inputs(args: argparse.Namespace, metadata: dict[str, Any]) -> dict[str, NDArray[Any]]:
-    inputs = random_inputs(tensor_metas(metadata, "inputs"), args.batch, seed=args.seed)
-    for item in args.input:
-        name, _, path = item.partition("=")
-        if name not in inputs or not path:
-            sys.exit(f"--input {item!r}: expected NAME=FILE.npy with NAME one of {sorted(inputs)}")
-        inputs[name] = np.load(path)
-    return inputs
+def _read_npy(item: str, signature: ModelSignature) -> tuple[str, NDArray[Any]]:
+    name, _, path = item.partition("=")
+    names = ", ".join(spec.name for spec in signature.inputs)
+    if not name or not path:
+        raise RequestError(f"--input {item!r}: expected NAME=FILE.npy with NAME one of {names}")
+    try:
+        return name, np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise RequestError(f"--input {item!r}: cannot read {path} as a .npy array ({error})") from None
+
+
+def _load_inputs(args: argparse.Namespace, client: Any, metadata: dict[str, Any]) -> dict[str, NDArray[Any]]:
+    """The --input files, checked against the model's config; every other input random, of their batch.
+
+    With --input files the batch is their first axis, so --batch is refused beside them rather than
+    silently ignored."""
+    signature = ModelSignature.from_config(model_config(client, args.model))
+    if args.input and args.batch is not None:
+        raise RequestError(
+            f"--batch {args.batch} with --input: the batch is the --input files' first axis; "
+            "leave --batch out"
+        )
+    given = dict(_read_npy(item, signature) for item in args.input)
+    if given:
+        batch = signature.check_inputs(given)
+    else:
+        batch = 1 if args.batch is None else args.batch
+        signature.check_batch(batch)  # before building the arrays: a refused batch costs nothing
+    metas = [
+        meta for meta in tensor_metas(model_metadata(client, args.model), "inputs") if meta.name not in given
+    ]
+    return {**random_inputs(metas, batch, seed=args.seed), **given}
 
 
 def _output_layout(metadata: dict[str, Any], batch: int) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
@@ -47,8 +76,10 @@ def _output_layout(metadata: dict[str, Any], batch: int) -> dict[str, tuple[np.d
 
 
 def run_infer(client: Any, args: argparse.Namespace) -> int:
+    if args.expect and not args.expect.is_file():
+        raise RequestError(f"--expect {args.expect}: no such file; expected an .npz of outputs (--save)")
     metadata = model_metadata(client, args.model)
-    inputs = _load_inputs(args, metadata)
+    inputs = _load_inputs(args, client, metadata)
     if args.cuda_shm:
         from client.cuda_shm import CudaShmIO
 
@@ -76,9 +107,34 @@ def run_infer(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with its errors as one line (the usage is one --help away)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see --help\n")
+
+
+def positive_int(text: str) -> int:
+    """--batch: refused here, before any connection, when it cannot be a batch of any model."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (expected 1 or more)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} (expected 1 or more)")
+    return value
+
+
+def one_line(error: BaseException) -> str:
+    """tritonclient's and gRPC's messages can span lines; a CLI error is one."""
+    return " ".join(str(error).split()) or type(error).__name__
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = OneLineParser(
+        prog="python -m client.cli",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--protocol", choices=["http", "grpc"], default="http")
     parser.add_argument("--url", help="host:port (default 127.0.0.1:8000 for http, :8001 for grpc)")
@@ -88,7 +144,11 @@ def main() -> None:
         commands.add_parser(name, help=f"model {name}").add_argument("model")
     infer_parser = commands.add_parser("infer", help="send one request")
     infer_parser.add_argument("model")
-    infer_parser.add_argument("--batch", type=int, default=1)
+    infer_parser.add_argument(
+        "--batch",
+        type=positive_int,
+        help="rows of random input (default 1); with --input the files' first axis",
+    )
     infer_parser.add_argument("--seed", type=int, default=0)
     infer_parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
     infer_parser.add_argument("--expect", type=Path, help=".npz of expected outputs")
@@ -97,16 +157,25 @@ def main() -> None:
     infer_parser.add_argument("--rtol", type=float, default=1e-3)
     infer_parser.add_argument("--atol", type=float, default=1e-3)
     args = parser.parse_args()
-    client = make_client(args.protocol, args.url or DEFAULT_URLS[args.protocol])
+    url = args.url or DEFAULT_URLS[args.protocol]
+    try:
+        sys.exit(run_command(args, make_client(args.protocol, url)))
+    except RequestError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    except (InferenceServerException, OSError) as error:
+        parser.exit(1, f"{parser.prog}: error: {args.protocol} {url}: {one_line(error)}\n")
+
+
+def run_command(args: argparse.Namespace, client: Any) -> int:
     if args.command == "health":
         live, ready = client.is_server_live(), client.is_server_ready()
         print(f"live: {live}  ready: {ready}")
-        sys.exit(0 if live and ready else 1)
+        return 0 if live and ready else 1
     if args.command in ("metadata", "config"):
         reader = model_metadata if args.command == "metadata" else model_config
         print(json.dumps(reader(client, args.model), indent=2))
-        sys.exit(0)
-    sys.exit(run_infer(client, args))
+        return 0
+    return run_infer(client, args)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from tritonclient.utils import InferenceServerException
 
+from client.cli import one_line
 from triton_ort.testing.reference import compare, random_inputs, reference_outputs
 from triton_ort.testing.transport import infer, make_client, model_metadata, tensor_metas
 
@@ -23,19 +25,12 @@ def _server(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     if not args.local:
         yield args.http_url, args.grpc_url
         return
-    from triton_ort.testing.server import LocalTritonServer, ServerStartError
+    from triton_ort.testing.server import LocalTritonServer
 
     print(f"starting the local tritonserver on {args.model_repository} ...", flush=True)
-    server = LocalTritonServer(args.model_repository)
-    try:
-        server.start()
-    except ServerStartError as error:
-        sys.exit(str(error))  # the failing model's own error first, then the kept log's path
-    try:
+    with LocalTritonServer(args.model_repository) as server:
         print(f"ready: HTTP {server.http_url}, gRPC {server.grpc_url}", flush=True)
         yield server.http_url, server.grpc_url
-    finally:
-        server.stop()
     print("tritonserver stopped", flush=True)
 
 
@@ -58,7 +53,9 @@ def check(protocol: str, url: str, args: argparse.Namespace) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m client.smoke",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--local", action="store_true", help="start (and stop) the local tritonserver")
     parser.add_argument("--http-url", default="127.0.0.1:8000")
@@ -72,7 +69,12 @@ def main() -> None:
     parser.add_argument("--atol", type=float, default=1e-3)
     args = parser.parse_args()
     with _server(args) as (http_url, grpc_url):
-        problems = check("http", http_url, args) + check("grpc", grpc_url, args)
+        problems = []
+        for protocol, url in (("http", http_url), ("grpc", grpc_url)):
+            try:
+                problems += check(protocol, url, args)
+            except (InferenceServerException, OSError) as error:  # unreachable server, unknown model
+                parser.exit(1, f"{parser.prog}: error: {protocol} {url}: {one_line(error)}\n")
     if problems:
         print("MISMATCH against in-process ONNX Runtime:\n  " + "\n  ".join(problems))
         sys.exit(1)

@@ -1,7 +1,7 @@
 """Soak a model with a mixed stream of good and malformed requests at a fixed concurrency; check every answer.
 
-python -m client.soak --local                                   # demo on the local tritonserver, CI size
-python -m client.soak --local --requests 200000 --duration 900  # the long run (docs/reliability.md)
+python -m client.soak --local                                   # the demo on the local server, 5,000 requests
+python -m client.soak --local --requests 600000 --duration 900 --warmup 60000   # the long run: make soak
 python -m client.soak --http-url H:8000 --grpc-url H:8001 --server-pid PID --model-repository REPO
 
 Good requests (random batch sizes; some with NaN/Inf rows) are checked against in-process ONNX Runtime.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The GPU test host's run (../shared/GPU.md): install this project into the host's Python (the one the
+# A GPU host's full run (docs/gpu-host.md): install this project into the host's Python (the one the
 # python-backend stub follows), build the models, run every test tier, the smoke check and the benchmark.
-# Usage on the host, from the project root, after .gpu-wheels/device-install.sh:
+# Usage on the host, from the project root, with the GPU stack already in the first python3 on PATH
+# (SKIP_BENCH=1 leaves the benchmark out):
 #   OUT=/some/dir bash scripts/gpu_check.sh [bench-models...]
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}

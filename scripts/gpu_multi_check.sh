@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Multi-GPU placement on a host with at least two GPUs (../shared/GPU.md describes the stack): install this
+# Multi-GPU placement on a host with at least two GPUs (docs/gpu-host.md describes the stack): install this
 # project into the host's Python (the one the python-backend stub follows), build the demo, run
 # tests/gpu/test_multi_gpu.py (contexts per GPU, nvidia-smi per stub, CUDA-shm copies across GPUs), then
 # the 1-vs-2-GPU throughput benchmark. Everything goes to $OUT; non-zero if anything failed.

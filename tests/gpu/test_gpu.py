@@ -1,4 +1,4 @@
-"""The zero-copy path on a real GPU: run on the GPU test host (../shared/GPU.md), skipped elsewhere.
+"""The zero-copy path on a real GPU: run on a GPU host (docs/gpu-host.md), skipped elsewhere.
 
 What is checked: CUDA tensors are bound by pointer with no host<->device copy (counted by CUPTI through
 torch.profiler), outputs stay on the GPU, results equal ORT on CPU within TF32 tolerance, and through a real

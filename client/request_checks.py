@@ -1,0 +1,114 @@
+"""A request checked against the model's config.pbtxt before it is sent, so that a mistake costs one line
+that names what was wrong and what was expected, not a server round trip with a misleading answer.
+
+Triton 23.12 answers batch 0 with an INTERNAL error about the python backend, and a 1-D array with
+"batch-size must be <= max_batch_size"; a huge batch is built and sent before the server refuses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from google.protobuf import json_format
+from numpy.typing import NDArray
+from tritonclient.grpc import model_config_pb2
+from tritonclient.utils import triton_to_np_dtype
+
+
+class RequestError(ValueError):
+    """A request the model cannot take; the message is one line: what was wrong, what was expected."""
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    datatype: str  # Triton wire type, e.g. FP32
+    dims: tuple[int, ...]  # without the batch axis; -1 for a variable axis
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return np.dtype(triton_to_np_dtype(self.datatype))
+
+
+@dataclass(frozen=True)
+class ModelSignature:
+    """What config.pbtxt promises a request may look like."""
+
+    model: str
+    max_batch_size: int  # 0: the model takes no batch axis
+    inputs: tuple[InputSpec, ...]
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> ModelSignature:
+        """From the model config as tritonclient returns it in JSON (HTTP, or gRPC with as_json=True)."""
+        message = json_format.ParseDict(config, model_config_pb2.ModelConfig(), ignore_unknown_fields=True)
+        inputs = tuple(
+            InputSpec(tensor.name, _wire_type(tensor.data_type), tuple(int(d) for d in tensor.dims))
+            for tensor in message.input
+        )
+        return cls(message.name, message.max_batch_size, inputs)
+
+    def check_batch(self, batch: int, given_as: str = "--batch {}") -> None:
+        """given_as names where the batch came from, in the message."""
+        what = given_as.format(batch)
+        if self.max_batch_size == 0:
+            if batch != 1:
+                raise RequestError(
+                    f"{what}: model {self.model!r} takes no batch axis (max_batch_size 0); leave --batch out"
+                )
+            return
+        if not 1 <= batch <= self.max_batch_size:
+            raise RequestError(
+                f"{what}: expected 1 to {self.max_batch_size} (max_batch_size of model {self.model!r})"
+            )
+
+    def check_inputs(self, arrays: Mapping[str, NDArray[Any]]) -> int:
+        """Checks arrays given for (some of) the inputs; returns their common batch (1 without batching)."""
+        batches = {}
+        for name, array in arrays.items():
+            spec = self._input(name)
+            self._check_dtype(spec, array)
+            batches[name] = self._check_shape(spec, array)
+        if len(set(batches.values())) > 1:
+            given = ", ".join(f"{name} {batch}" for name, batch in batches.items())
+            raise RequestError(f"inputs disagree on the batch (first axis): {given}; expected one batch size")
+        batch = next(iter(batches.values()), 1)
+        if batches:
+            self.check_batch(batch, "batch {} (the inputs' first axis)")
+        return batch
+
+    def _input(self, name: str) -> InputSpec:
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        names = ", ".join(spec.name for spec in self.inputs)
+        raise RequestError(f"input {name!r}: model {self.model!r} has no such input; expected one of {names}")
+
+    @staticmethod
+    def _check_dtype(spec: InputSpec, array: NDArray[Any]) -> None:
+        if array.dtype != spec.dtype:
+            raise RequestError(
+                f"input {spec.name!r}: dtype {array.dtype}, expected {spec.dtype} ({spec.datatype}); "
+                f"convert it, e.g. array.astype(np.{spec.dtype})"
+            )
+
+    def _check_shape(self, spec: InputSpec, array: NDArray[Any]) -> int:
+        batched = self.max_batch_size > 0
+        expected = (["batch"] if batched else []) + [str(d) if d >= 0 else "any" for d in spec.dims]
+        wanted = f"expected [{', '.join(expected)}]"
+        inner = array.shape[1:] if batched else array.shape
+        fits = array.ndim == len(expected) and all(
+            d < 0 or d == n for d, n in zip(spec.dims, inner, strict=True)
+        )
+        if not fits:
+            hint = " (the first axis is the batch: one row is shape [1, ...])" if batched else ""
+            raise RequestError(f"input {spec.name!r}: shape {list(array.shape)}, {wanted}{hint}")
+        return int(array.shape[0]) if batched else 1
+
+
+def _wire_type(data_type: int) -> str:
+    name = model_config_pb2.DataType.Name(data_type).removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
