@@ -2,6 +2,7 @@
 
 from .errors import ConfigError, InputError, ProviderError, TritonOrtError
 from .gather import run_requests
+from .hooks import HookError, Postprocess, Preprocess, Tensors
 from .instance import ModelInstance
 from .options import ModelOptions, parse_options
 from .runner import IOBindingRunner
@@ -9,12 +10,16 @@ from .session import Placement, create_session, diagnose_missing_cuda_provider
 
 __all__ = [
     "ConfigError",
+    "HookError",
     "IOBindingRunner",
     "InputError",
     "ModelInstance",
     "ModelOptions",
     "Placement",
+    "Postprocess",
+    "Preprocess",
     "ProviderError",
+    "Tensors",
     "TritonOrtError",
     "create_session",
     "diagnose_missing_cuda_provider",

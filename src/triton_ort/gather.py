@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import torch
 
-from .errors import InputError
-from .runner import IOBindingRunner
+from .errors import InputError, TritonOrtError
 
 LOGGER = logging.getLogger(__name__)
 
@@ -21,15 +21,29 @@ Tensors = Mapping[str, torch.Tensor]
 Result = dict[str, torch.Tensor] | Exception
 
 
+class Runs(Protocol):
+    """What gathering needs of a runner: an IOBindingRunner, or one with hooks around it (hooks.py)."""
+
+    outputs_follow_batch: bool
+
+    def validate(self, tensors: Tensors) -> None: ...
+
+    def run(self, tensors: Tensors, validated: bool = False) -> dict[str, torch.Tensor]: ...
+
+    def to_device(self, tensor: torch.Tensor) -> torch.Tensor: ...
+
+
 def _group_key(tensors: Tensors) -> tuple[tuple[str, torch.dtype, tuple[int, ...]], ...]:
     return tuple((name, t.dtype, tuple(t.shape[1:])) for name, t in sorted(tensors.items()))
 
 
-def run_one(runner: IOBindingRunner, tensors: Tensors) -> Result:
+def run_one(runner: Runs, tensors: Tensors) -> Result:
     """One validated request; any failure becomes that request's error instead of an exception."""
     try:
         return runner.run(tensors, validated=True)
     except InputError as error:
+        return error
+    except TritonOrtError as error:  # e.g. a hook's failure, which names the hook
         return error
     except torch.cuda.OutOfMemoryError as error:
         return InputError(f"request needs more device memory than is free: {error}")
@@ -37,7 +51,7 @@ def run_one(runner: IOBindingRunner, tensors: Tensors) -> Result:
         return InputError(f"inference failed: {error}")
 
 
-def _run_gathered(runner: IOBindingRunner, group: Sequence[Tensors]) -> list[Result] | None:
+def _run_gathered(runner: Runs, group: Sequence[Tensors]) -> list[Result] | None:
     """One ORT run for the whole group, split back; None when it cannot be split or failed."""
     rows = [next(iter(tensors.values())).shape[0] for tensors in group]
     joint = {name: torch.cat([runner.to_device(tensors[name]) for tensors in group]) for name in group[0]}
@@ -53,7 +67,7 @@ def _run_gathered(runner: IOBindingRunner, group: Sequence[Tensors]) -> list[Res
     return [{name: pieces[name][i] for name in outputs} for i in range(len(group))]
 
 
-def run_requests(runner: IOBindingRunner, requests: Sequence[Tensors], gather: bool) -> list[Result]:
+def run_requests(runner: Runs, requests: Sequence[Tensors], gather: bool) -> list[Result]:
     """Results in request order: a dict of output tensors, or the request's error."""
     if len(requests) == 1:  # the common case at low load: nothing to group
         try:

@@ -29,6 +29,9 @@ DEFAULT_HOST_OUTPUT_MAX_BYTES = 131072
 class ModelOptions:
     onnx_file: str = "model.onnx"
     """Path of the ONNX file, relative to the model's version directory."""
+    hooks: str = ""
+    """Path of a Python module with preprocess/postprocess hooks, relative to the version directory;
+    empty: none (docs/hooks.md)."""
     allow_cpu_fallback: bool = False
     """On a GPU instance whose CUDA EP cannot load: run on CPU with a warning instead of failing the load."""
     gather_requests: bool = True
@@ -91,8 +94,18 @@ def _parse_path(key: str, raw: str) -> str:
     return raw.strip()
 
 
+def _parse_hooks_path(key: str, raw: str) -> str:
+    path = raw.strip()
+    if path and not path.endswith(".py"):
+        raise ConfigError(
+            f"parameter {key!r}: {raw!r} is not a Python file (expected e.g. hooks.py, or empty)"
+        )
+    return path
+
+
 _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "onnx_file": _parse_path,
+    "hooks": _parse_hooks_path,
     "allow_cpu_fallback": _parse_bool,
     "gather_requests": _parse_bool,
     "pinned_staging": _parse_bool,
