@@ -35,10 +35,15 @@ def postprocess(outputs, inputs):
 """
 
 
+def expected_logits(raw: np.ndarray) -> np.ndarray:
+    """The demo ONNX in-process on the normalised features: what the hand-off example answers."""
+    features = (raw.astype(np.float32) - 127.5) / 127.5
+    return np.asarray(reference_outputs(demo_onnx(), {"np_script_embeddings": features})["np_logits"])
+
+
 def expected_top_k(raw: np.ndarray, top_k: int = 2) -> dict[str, np.ndarray]:
     """demo_hooks' answer: normalise, run the demo ONNX in-process, softmax, top-k (best first)."""
-    features = (raw.astype(np.float32) - 127.5) / 127.5
-    logits = reference_outputs(demo_onnx(), {"np_script_embeddings": features})["np_logits"]
+    logits = expected_logits(raw)
     exp = np.exp(logits - logits.max(axis=1, keepdims=True))
     probabilities = exp / exp.sum(axis=1, keepdims=True)
     classes = np.argsort(-probabilities, axis=1, kind="stable")[:, :top_k]
