@@ -209,6 +209,16 @@ class HookedRunner:
         # Gathered requests are split along axis 0 of what postprocess returns, which check_outputs holds
         # to the request's rows: that needs config outputs with a batch axis.
         self.outputs_follow_batch = client.batched
+        # Per execute this class adds two calls and a few cached checks; everything that can be is
+        # computed here once (docs/benchmarks.md, "Hooks").
+        self._preprocess_name = hooks.name("preprocess")
+        self._postprocess_name = hooks.name("postprocess")
+        self._outputs_source = (
+            self._postprocess_name
+            if hooks.postprocess is not None
+            else f"the ONNX model (no postprocess in {hooks.path})"
+        )
+        self._on_cuda = runner.placement.is_cuda
         self._valid_client_inputs: set[Signature] = set()
         self._valid_model_inputs: set[Signature] = set()
         self._valid_outputs: set[tuple[int | None, Signature] | None] = set()
@@ -230,11 +240,11 @@ class HookedRunner:
         inputs = {name: self.runner.to_device(t) for name, t in tensors.items()}
         model_inputs = inputs
         if self.hooks.preprocess is not None:
-            model_inputs = _call(self.hooks.name("preprocess"), self.hooks.preprocess, dict(inputs))
+            model_inputs = _call(self._preprocess_name, self.hooks.preprocess, dict(inputs))
             self._check_model_inputs(model_inputs)
         outputs = self.runner.run(model_inputs, validated=self.hooks.preprocess is not None)
         if self.hooks.postprocess is not None:
-            outputs = _call(self.hooks.name("postprocess"), self.hooks.postprocess, outputs, inputs)
+            outputs = _call(self._postprocess_name, self.hooks.postprocess, outputs, inputs)
         self._check_outputs(outputs, rows=_rows(inputs) if self.client.batched else None)
         return self._place(outputs)
 
@@ -247,17 +257,12 @@ class HookedRunner:
             self.runner.validate(model_inputs)
         except InputError as error:
             raise HookError(
-                f"{self.hooks.name('preprocess')} returned tensors that do not fit the ONNX model: {error}"
+                f"{self._preprocess_name} returned tensors that do not fit the ONNX model: {error}"
             ) from error
         if len(self._valid_model_inputs) < 1024:
             self._valid_model_inputs.add(_signature(model_inputs))
 
     def _check_outputs(self, outputs: Any, rows: int | None) -> None:
-        source = (
-            self.hooks.name("postprocess")
-            if self.hooks.postprocess is not None
-            else f"the ONNX model (no postprocess in {self.hooks.path})"
-        )
         # The rows are part of the key: the same output shapes can be right for one batch, wrong for another.
         key = (rows, _signature(outputs)) if isinstance(outputs, Mapping) else None
         if key in self._valid_outputs:
@@ -271,15 +276,17 @@ class HookedRunner:
                             f"{name!r} has {tensor.shape[0]} rows on its batch axis for a batch of {rows}"
                         )
         except InputError as error:
-            raise HookError(f"{source} returned outputs that do not fit config.pbtxt: {error}") from error
+            raise HookError(
+                f"{self._outputs_source} returned outputs that do not fit config.pbtxt: {error}"
+            ) from error
         if len(self._valid_outputs) < 1024:
             self._valid_outputs.add(key)
 
     def _place(self, outputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Contiguous (Triton takes only C-order DLPack tensors), and on the host where the output
         placement says so: one asynchronous copy into pinned memory each, complete at the stream sync."""
-        placed = {name: t.contiguous() for name, t in outputs.items()}
-        if not self.runner.placement.is_cuda or not self._to_host(placed):
+        placed = {name: t if t.is_contiguous() else t.contiguous() for name, t in outputs.items()}
+        if not self._on_cuda or not self._to_host(placed):
             return placed
         self.runner.stats.host_output_runs += 1
         moved = {}
