@@ -225,3 +225,10 @@ def test_a_model_without_hooks_runs_the_runner_directly(tmp_path: Path) -> None:
     }
     instance = ModelInstance(config, tmp_path, "CPU", 0)
     assert instance._pipeline is instance.runner  # nothing between gathering and the runner
+
+
+def test_a_request_that_does_not_fit_the_config_is_the_clients_error(tmp_path: Path) -> None:
+    instance = instance_with(tmp_path, None)
+    (result,) = instance.infer([{"raw_embeddings": torch.zeros(2, 2010)}])
+    assert isinstance(result, InputError) and not isinstance(result, HookError)
+    assert str(result) == "request: 'raw_embeddings' must be torch.uint8 (UINT8), got torch.float32"
