@@ -14,7 +14,12 @@ call by call in a rotating order so that drift on a busy machine hits them alike
 The hook overhead is the median over calls of library_hooks - library_inline of the same round. The
 answers of the four are compared; a difference exits 1.
 
-    python -m client.bench_hooks --device cpu --rows 1 100 [--json results/bench-hooks-cpu.json]
+Two models with the example's signature: `demo` (the demo's ONNX file) and `linear` (one 2010 -> 2 MatMul,
+built here), whose run is short enough that its own jitter does not hide a few microseconds. On a CPU the
+clock is this thread's CPU time (ORT and torch run on the calling thread with one thread each), which a
+busy machine's preemptions do not inflate; on a GPU it is wall time, which includes the stream sync.
+
+    python -m client.bench_hooks --device cpu --models demo linear --rows 1 100 [--json FILE]
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import json
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from datetime import date
@@ -51,10 +57,30 @@ def _example_hooks() -> ModuleType:
     return module
 
 
-def _config() -> dict[str, Any]:
+def linear_onnx(path: Path) -> Path:
+    """logits[b, 2] = x[b, 2010] @ W: the demo's signature with almost no compute."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = np.random.default_rng(0).standard_normal((2010, 2)).astype(np.float32) / 45
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["np_script_embeddings", "w"], ["np_logits"])],
+        "linear",
+        [helper.make_tensor_value_info("np_script_embeddings", TensorProto.FLOAT, ["batch", 2010])],
+        [helper.make_tensor_value_info("np_logits", TensorProto.FLOAT, ["batch", 2])],
+        initializer=[numpy_helper.from_array(weights, "w")],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def _config(onnx_file: Path) -> dict[str, Any]:
     """The example's config as Triton hands it to model.py."""
     parameters = {
-        "onnx_file": {"string_value": str(DEMO_ONNX)},
+        "onnx_file": {"string_value": str(onnx_file)},
+        # One ORT thread: the run happens on the calling thread, which the CPU clock then sees whole.
+        "intra_op_num_threads": {"string_value": "1"},
         "hooks": {"string_value": str(EXAMPLE / "1" / "hooks.py")},
         # Outputs stay where they are computed in every way: the comparison is about hooks, not placement.
         "output_placement": {"string_value": "device"},
@@ -75,12 +101,14 @@ def _config() -> dict[str, Any]:
 class Ways:
     """The four ways, each a function of the raw request returning the outputs (complete on return)."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, model: str, onnx_file: Path) -> None:
         self.hooks = _example_hooks()
-        self.instance = ModelInstance(_config(), EXAMPLE / "1", "GPU" if device == "cuda" else "CPU", 0)
+        kind = "GPU" if device == "cuda" else "CPU"
+        self.instance = ModelInstance(_config(onnx_file), EXAMPLE / "1", kind, 0)
         self.runner = self.instance.runner
         self.hooked = self.instance._pipeline  # the runner with the hooks around it
         self.stream = self.instance._stream
+        self.model = model
 
     @contextlib.contextmanager
     def _on_stream(self) -> Iterator[None]:
@@ -115,10 +143,12 @@ class Ways:
         return answer
 
 
-def _timed(way: Callable[[Tensors], Tensors], raw: Tensors) -> tuple[float, Tensors]:
-    started = time.perf_counter_ns()
+def _timed(
+    way: Callable[[Tensors], Tensors], raw: Tensors, clock: Callable[[], int]
+) -> tuple[float, Tensors]:
+    started = clock()
     answer = way(raw)
-    return (time.perf_counter_ns() - started) / 1e3, answer
+    return (clock() - started) / 1e3, answer
 
 
 def _same(a: Tensors, b: Tensors) -> bool:
@@ -128,6 +158,7 @@ def _same(a: Tensors, b: Tensors) -> bool:
 
 
 def measure(ways: Ways, device: str, rows: int, calls: int, warmup: int) -> dict[str, Any]:
+    clock = time.perf_counter_ns if device == "cuda" else time.thread_time_ns
     raw = {"raw_embeddings": torch.randint(0, 256, (rows, 2010), dtype=torch.uint8, device=device)}
     names = ("runner_inline", "library_inline", "library_hooks", "instance_hooks")
     runs = {name: getattr(ways, name) for name in names}
@@ -135,11 +166,12 @@ def measure(ways: Ways, device: str, rows: int, calls: int, warmup: int) -> dict
     answers: dict[str, Tensors] = {}
     for index in range(warmup + calls):
         for name in names[index % 4 :] + names[: index % 4]:
-            elapsed, answers[name] = _timed(runs[name], raw)
+            elapsed, answers[name] = _timed(runs[name], raw, clock)
             if index >= warmup:
                 times[name].append(elapsed)
     overheads = [h - i for h, i in zip(times["library_hooks"], times["library_inline"], strict=True)]
     return {
+        "model": ways.model,
         "rows": rows,
         "p50_us": {name: round(statistics.median(t), 1) for name, t in times.items()},
         "hook_overhead_us": round(statistics.median(overheads), 1),
@@ -160,15 +192,15 @@ def _host() -> dict[str, Any]:
 
 def _table(results: list[dict[str, Any]]) -> Iterator[str]:
     yield (
-        "| rows | runner + ops inline | library + ops inline | library with hooks | ModelInstance with hooks "
-        "| hook overhead |"
+        "| model | rows | runner + ops inline | library + ops inline | library with hooks "
+        "| ModelInstance with hooks | hook overhead |"
     )
-    yield "|---|---|---|---|---|---|"
+    yield "|---|---|---|---|---|---|---|"
     for r in results:
         p50 = r["p50_us"]
         yield (
-            f"| {r['rows']} | {p50['runner_inline']} | {p50['library_inline']} | {p50['library_hooks']} | "
-            f"{p50['instance_hooks']} | {r['hook_overhead_us']} |"
+            f"| {r['model']} | {r['rows']} | {p50['runner_inline']} | {p50['library_inline']} "
+            f"| {p50['library_hooks']} | {p50['instance_hooks']} | {r['hook_overhead_us']} |"
         )
 
 
@@ -176,6 +208,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default_device = "cuda" if torch.cuda.is_available() else "cpu"
     parser.add_argument("--device", choices=("cpu", "cuda"), default=default_device)
+    parser.add_argument("--models", nargs="+", choices=("demo", "linear"), default=["demo", "linear"])
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 100])
     parser.add_argument("--calls", type=int, default=2000, help="counted calls of each way")
     parser.add_argument("--warmup", type=int, default=100)
@@ -183,9 +216,20 @@ def main() -> int:
     args = parser.parse_args()
     if not DEMO_ONNX.exists():
         sys.exit(f"{DEMO_ONNX} is missing: run `make models` first")
-    ways = Ways(args.device)
-    results = [measure(ways, args.device, rows, args.calls, args.warmup) for rows in args.rows]
-    report = {"host": _host(), "device": args.device, "target_us": TARGET_US, "results": results}
+    results = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for model in args.models:
+            onnx_file = DEMO_ONNX if model == "demo" else linear_onnx(Path(scratch) / "linear.onnx")
+            ways = Ways(args.device, model, onnx_file)
+            results += [measure(ways, args.device, rows, args.calls, args.warmup) for rows in args.rows]
+    clock = "wall" if args.device == "cuda" else "thread CPU time"
+    report = {
+        "host": _host(),
+        "device": args.device,
+        "clock": clock,
+        "target_us": TARGET_US,
+        "results": results,
+    }
     print(json.dumps(report["host"]))
     print("\n".join(_table(results)))
     if args.json:
