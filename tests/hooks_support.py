@@ -56,8 +56,9 @@ def raw_features(rows: int, seed: int) -> np.ndarray:
 
 
 def build_hooks_repository(repository: Path) -> Path:
-    """demo (one instance), demo_hooks as shipped, and hooks_strict: demo_hooks with STRICT_HOOKS and a
-    long queue delay, so that concurrent requests reach one execute() together."""
+    """demo (one instance), demo_hooks as shipped, hooks_strict: demo_hooks with STRICT_HOOKS and a long
+    queue delay, so that concurrent requests reach one execute() together, and hooks_broken, whose hooks
+    module fails to import."""
     demo_onnx()
     shutil.copytree(MODEL_REPOSITORY / "demo", repository / "demo")
     pin_one_instance(repository / "demo")
@@ -69,4 +70,10 @@ def build_hooks_repository(repository: Path) -> Path:
     config.name = "hooks_strict"
     config.dynamic_batching.max_queue_delay_microseconds = GATHER_DELAY_US
     write_config(strict, config)
+    broken = repository / "hooks_broken"  # loaded on demand: its hooks module cannot be imported
+    shutil.copytree(EXAMPLE, broken)
+    (broken / "1" / "hooks.py").write_text("import a_module_that_is_not_installed\n")
+    config = read_config(broken)
+    config.name = "hooks_broken"
+    write_config(broken, config)
     return repository

@@ -115,3 +115,16 @@ def test_the_handoff_example_answers_through_bls_and_the_ensemble(hooks_server: 
         ["classify_ensemble", lines[1].split(": ")[1]],
     ]
     assert all(": ok (max difference" in line for line in lines), lines
+
+
+def test_a_hooks_module_that_cannot_be_imported_fails_the_load_naming_it(
+    hooks_server: LocalTritonServer,
+) -> None:
+    client = httpclient.InferenceServerClient(hooks_server.http_url)
+    with pytest.raises(InferenceServerException) as caught:
+        client.load_model("hooks_broken")
+    message = str(caught.value)
+    assert "hooks_broken" in message
+    assert "hooks_broken/1/hooks.py failed to import: ModuleNotFoundError" in message, message
+    assert "a_module_that_is_not_installed" in message
+    assert client.is_server_live() and client.is_model_ready("demo_hooks")
