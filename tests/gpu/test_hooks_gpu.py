@@ -10,6 +10,7 @@ with the python backend's clear error.
 from __future__ import annotations
 
 import re
+import shutil
 import textwrap
 import time
 from collections.abc import Callable
@@ -22,7 +23,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from tests.hooks_support import EXAMPLE, HANDOFF_REPOSITORY, expected_logits, expected_top_k, raw_features
-from tests.paths import demo_onnx, read_config
+from tests.paths import demo_onnx, read_config, write_config
 from triton_ort import ModelInstance
 from triton_ort.copy_counter import cupti_counts_from_log
 from triton_ort.hooks import HookedRunner
@@ -144,16 +145,20 @@ def _wait_for(read: Callable[[], list[T]], count: int, timeout_s: float = 20.0) 
 def test_bls_handoff_stays_on_the_gpu_and_the_ensemble_route_is_measured(tmp_path: Path) -> None:
     """CUDA-shm input -> preprocess (torch, GPU) -> classifier (ours) through BLS: the classifier reads
     cuda:0 tensors and CUPTI counts no host<->device copy in its execute; the BLS answer comes back on the
-    GPU. The same through classify_ensemble, where Triton's ensemble scheduler carries the tensor."""
+    GPU. The same through classify_ensemble, where Triton's ensemble scheduler carries the tensor. And
+    demo_hooks served on the GPU: hooks on the device, only its placed outputs copied."""
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
     from client.cuda_shm import CudaShmIO
     from triton_ort.testing.server import LocalTritonServer
 
-    demo_onnx()
     extra = tmp_path / "extra"
     (extra / "strided_gpu_upstream" / "1").mkdir(parents=True)
+    shutil.copytree(EXAMPLE, extra / "demo_hooks")  # served on the GPU beside the hand-off
+    config = read_config(extra / "demo_hooks")
+    config.parameters["onnx_file"].string_value = str(demo_onnx())
+    write_config(extra / "demo_hooks", config)
     (extra / "strided_gpu_upstream" / "1" / "model.py").write_text(textwrap.dedent(STRIDED_GPU_UPSTREAM))
     (extra / "strided_gpu_upstream" / "config.pbtxt").write_text(STRIDED_GPU_CONFIG)
     raw = raw_features(16, seed=3)
@@ -170,8 +175,16 @@ def test_bls_handoff_stays_on_the_gpu_and_the_ensemble_route_is_measured(tmp_pat
             with CudaShmIO(client, model, {"raw_embeddings": raw}, layout) as shm:
                 shm.infer()
                 answers[model] = shm.read_outputs()["np_logits"]
-        executes = _wait_for(lambda: ExecuteStats.from_log(server.log()[loaded:]), 2)
-        cupti = _wait_for(lambda: cupti_counts_from_log(server.log()[loaded:]), 2)
+        # Last, so that the records of the two routes come first: demo_hooks over CUDA shared memory.
+        top_k: dict[str, tuple[np.dtype[Any], tuple[int, ...]]] = {
+            "top_scores": (np.dtype(np.float32), (16, 2)),
+            "top_classes": (np.dtype(np.int64), (16, 2)),
+        }
+        with CudaShmIO(client, "demo_hooks", {"raw_embeddings": raw}, top_k) as shm:
+            shm.infer()
+            hooked = shm.read_outputs()
+        executes = _wait_for(lambda: ExecuteStats.from_log(server.log()[loaded:]), 3)
+        cupti = _wait_for(lambda: cupti_counts_from_log(server.log()[loaded:]), 3)
         x = np.random.default_rng(4).standard_normal((4, 2010)).astype(np.float32)
         item = grpcclient.InferInput("x", [4, 2010], "FP32")
         item.set_data_from_numpy(x)
@@ -194,3 +207,12 @@ def test_bls_handoff_stays_on_the_gpu_and_the_ensemble_route_is_measured(tmp_pat
     )
     assert cupti[1] == {"HtoD": 0, "DtoH": 0}, f"CUPTI in the classifier, ensemble route: {cupti}"
     assert "DLPack tensor is not contiguous" in str(refused.value), refused.value
+    # demo_hooks on the GPU: inputs read on the device, hooks and model there, and its small outputs
+    # copied once each into pinned host memory (output_placement auto): exactly 2 device-to-host copies.
+    expected = expected_top_k(raw)
+    np.testing.assert_allclose(hooked["top_scores"], expected["top_scores"], **TF32)
+    np.testing.assert_array_equal(hooked["top_classes"], expected["top_classes"])
+    hooks_execute = executes[2]
+    assert hooks_execute.input_devices == ["cuda:0"] and hooks_execute.outputs_on_host, hooks_execute
+    assert (hooks_execute.host_to_device_copies, hooks_execute.device_to_host_copies) == (0, 2)
+    assert cupti[2] == {"HtoD": 0, "DtoH": 2}, f"CUPTI in demo_hooks: {cupti}"
