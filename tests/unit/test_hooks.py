@@ -232,3 +232,22 @@ def test_a_request_that_does_not_fit_the_config_is_the_clients_error(tmp_path: P
     (result,) = instance.infer([{"raw_embeddings": torch.zeros(2, 2010)}])
     assert isinstance(result, InputError) and not isinstance(result, HookError)
     assert str(result) == "request: 'raw_embeddings' must be torch.uint8 (UINT8), got torch.float32"
+
+
+def test_without_a_batch_axis_in_the_config_requests_run_through_the_hooks_one_by_one(
+    tmp_path: Path,
+) -> None:
+    config = example_config()
+    config["max_batch_size"] = 0
+    for entry in (*config["input"], *config["output"]):
+        entry["dims"] = [-1, *[int(d) for d in entry["dims"]]]
+    version = tmp_path / "1"
+    version.mkdir()
+    (version / "hooks.py").write_text((EXAMPLE / "1" / "hooks.py").read_text())
+    instance = ModelInstance(config, version, "CPU", 0)
+    requests = [raw_request(rows, seed=rows) for rows in (2, 3)]
+    runs_before = instance.runner.stats.ort_runs
+    results = instance.infer(requests)
+    assert instance.runner.stats.ort_runs - runs_before == 2  # nothing says the outputs can be split
+    for result, request in zip(results, requests, strict=True):
+        assert_matches(result, request["raw_embeddings"])
