@@ -100,6 +100,10 @@ bench: $(VENV_STAMP) ## benchmark ours against the floor, naive and PyTriton anc
 	$(PYTHON) -m client.bench --models $(BENCH_MODELS) --profile --out results/bench-$(BENCH_NAME).json
 	$(PYTHON) -m client.bench_plot results/bench-$(BENCH_NAME).json results/bench-$(BENCH_NAME).png
 
+.PHONY: bench-hooks
+bench-hooks: models ## what pre/post-processing hooks cost per execute, in-process (docs/benchmarks.md, Hooks)
+	$(PYTHON) -m client.bench_hooks --json results/bench-hooks-$(BENCH_NAME).json
+
 .PHONY: soak
 soak: models ## the long soak: 600k good and malformed requests at concurrency 64, answers and memory checked
 	mkdir -p results

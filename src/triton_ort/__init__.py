@@ -10,6 +10,7 @@ from .errors import (
     triton_code,
 )
 from .gather import run_requests
+from .hooks import HookError, Postprocess, Preprocess, Tensors
 from .instance import ModelInstance
 from .options import ModelOptions, parse_options
 from .runner import IOBindingRunner
@@ -17,13 +18,17 @@ from .session import Placement, create_session, diagnose_missing_cuda_provider
 
 __all__ = [
     "ConfigError",
+    "HookError",
     "IOBindingRunner",
     "InferenceError",
     "InputError",
     "ModelInstance",
     "ModelOptions",
     "Placement",
+    "Postprocess",
+    "Preprocess",
     "ProviderError",
+    "Tensors",
     "TritonOrtError",
     "Unavailable",
     "create_session",

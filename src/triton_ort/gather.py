@@ -15,17 +15,31 @@ import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import torch
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 
 from .errors import InferenceError, InputError, TritonOrtError, Unavailable
-from .runner import IOBindingRunner
+from .session import Placement
 
 LOGGER = logging.getLogger(__name__)
 
 Tensors = Mapping[str, torch.Tensor]
 Result = dict[str, torch.Tensor] | Exception
+
+
+class Runs(Protocol):
+    """What gathering needs of a runner: an IOBindingRunner, or one with hooks around it (hooks.py)."""
+
+    outputs_follow_batch: bool
+    placement: Placement
+
+    def validate(self, tensors: Tensors) -> None: ...
+
+    def run(self, tensors: Tensors, validated: bool = False) -> dict[str, torch.Tensor]: ...
+
+    def to_device(self, tensor: torch.Tensor) -> torch.Tensor: ...
 
 
 def _group_key(tensors: Tensors) -> tuple[tuple[str, torch.dtype, tuple[int, ...]], ...]:
@@ -66,7 +80,7 @@ def _is_out_of_memory(error: Exception) -> bool:
     )
 
 
-def device_memory_bytes(runner: IOBindingRunner) -> int:
+def device_memory_bytes(runner: Runs) -> int:
     """All the memory of the device the runner computes on: what no request may exceed on its own."""
     if runner.placement.is_cuda:
         return int(torch.cuda.get_device_properties(runner.placement.device_id).total_memory)
@@ -95,7 +109,7 @@ def classify_failure(error: Exception, capacity_bytes: int) -> TritonOrtError:
     return InferenceError(f"inference failed on the server: {type(error).__name__}: {error}")
 
 
-def run_one(runner: IOBindingRunner, tensors: Tensors) -> Result:
+def run_one(runner: Runs, tensors: Tensors) -> Result:
     """One validated request; any failure becomes that request's classified error instead of an exception."""
     try:
         return runner.run(tensors, validated=True)
@@ -103,7 +117,7 @@ def run_one(runner: IOBindingRunner, tensors: Tensors) -> Result:
         return classify_failure(error, device_memory_bytes(runner))
 
 
-def _run_gathered(runner: IOBindingRunner, group: Sequence[Tensors]) -> list[Result] | None:
+def _run_gathered(runner: Runs, group: Sequence[Tensors]) -> list[Result] | None:
     """One ORT run for the whole group, split back; None when it cannot be split or failed."""
     rows = [next(iter(tensors.values())).shape[0] for tensors in group]
     try:  # the joint inputs too may not fit (device memory): then each request runs, and fails, alone
@@ -119,7 +133,7 @@ def _run_gathered(runner: IOBindingRunner, group: Sequence[Tensors]) -> list[Res
     return [{name: pieces[name][i] for name in outputs} for i in range(len(group))]
 
 
-def run_requests(runner: IOBindingRunner, requests: Sequence[Tensors], gather: bool) -> list[Result]:
+def run_requests(runner: Runs, requests: Sequence[Tensors], gather: bool) -> list[Result]:
     """Results in request order: a dict of output tensors, or the request's error."""
     if len(requests) == 1:  # the common case at low load: nothing to group
         try:

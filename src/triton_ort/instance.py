@@ -14,12 +14,13 @@ from typing import Any
 import torch
 
 from .errors import InferenceError, ProviderError
-from .gather import Result, run_requests
+from .gather import Result, Runs, run_requests
+from .hooks import ClientSpecs, HookedRunner, Hooks, check_config_around_hooks
 from .metrics import InstanceMetrics, request_rows
 from .options import ModelOptions, options_from_model_config
 from .runner import IOBindingRunner, OutputPlacement
 from .session import Placement, create_session
-from .signature import check_config
+from .signature import TensorSpec, check_config
 from .stats import ExecuteStats
 
 LOGGER = logging.getLogger(__name__)
@@ -91,18 +92,30 @@ class ModelInstance:
             # one model then compete for the same cores: share them out instead.
             threads = cpu_threads_per_instance(model_config)
             self.options = dataclasses.replace(self.options, intra_op_num_threads=threads)
+        hooks = Hooks.load(version_dir / self.options.hooks) if self.options.hooks else None
         session = create_session(version_dir / self.options.onnx_file, self.options, placement)
+        output_placement = OutputPlacement(self.options.output_placement, self.options.host_output_max_bytes)
         self.runner = IOBindingRunner(
             session,
             placement,
             pinned_staging=self.options.pinned_staging,
-            output_placement=OutputPlacement(
-                self.options.output_placement, self.options.host_output_max_bytes
-            ),
+            # With hooks the session's outputs stay on the device for postprocess; the placement then
+            # applies to what the hooks hand back.
+            output_placement=OutputPlacement("device") if hooks else output_placement,
             cuda_graph=self.options.cuda_graph,
             arena_shrinkage=self.options.arena_shrinkage,
         )
-        check_config(model_config, self.runner.inputs, self.runner.outputs)
+        # What request gathering runs: the runner itself, or (only when a hooks module is configured, so
+        # a model without hooks pays nothing for them) the runner with its hooks around it.
+        self._pipeline: Runs = self.runner
+        self._request_specs: tuple[TensorSpec, ...] = self.runner.inputs
+        if hooks is None:
+            check_config(model_config, self.runner.inputs, self.runner.outputs)
+        else:
+            check_config_around_hooks(model_config, hooks, self.runner)
+            client = ClientSpecs.from_model_config(model_config)
+            self._pipeline = HookedRunner(self.runner, hooks, client, output_placement)
+            self._request_specs = client.inputs
         self.output_names = [str(entry["name"]) for entry in model_config.get("output", [])]
         self.last_execute: ExecuteStats | None = None  # kept only while DEBUG logging is on
         if not self.runner.placement.is_cuda:
@@ -121,15 +134,16 @@ class ModelInstance:
             self.options,
         )
 
-    def _smallest_request(self) -> dict[str, torch.Tensor]:
-        """Zeros of the model's input shapes, variable axes 1: for warm-up and arena clean-up runs."""
+    def _smallest_request(self, specs: Sequence[TensorSpec] | None = None) -> dict[str, torch.Tensor]:
+        """Zeros of the model's input shapes (or of `specs`), variable axes 1: for warm-up and arena
+        clean-up runs."""
         return {
             spec.name: torch.zeros(
                 [d if isinstance(d, int) else 1 for d in spec.shape],
                 dtype=spec.element_type.torch_dtype,
                 device=self.runner.device,
             )
-            for spec in self.runner.inputs
+            for spec in (self.runner.inputs if specs is None else specs)
         }
 
     def _shrink_arena_after_failure(self) -> None:
@@ -141,7 +155,7 @@ class ModelInstance:
                 LOGGER.warning("could not shrink ORT's CUDA arena after a failed run: %s", result)
 
     def _warm_up(self) -> None:
-        zeros = self._smallest_request()
+        zeros = self._smallest_request(self._request_specs)  # what clients send: hooks run too
         started = time.perf_counter()
         result = self.infer([zeros])[0]
         if isinstance(result, Exception):  # a model may reject zeros; serving can still go on
@@ -164,7 +178,7 @@ class ModelInstance:
         before = self.runner.stats.snapshot() if debug else None
         stream_context = _on_stream(self._stream) if self._stream else contextlib.nullcontext()
         with stream_context:
-            results = run_requests(self.runner, requests, self.options.gather_requests)
+            results = run_requests(self._pipeline, requests, self.options.gather_requests)
             self._shrink_arena_after_failure()
         queued = time.perf_counter()
         if self._stream is not None:

@@ -50,6 +50,9 @@ DEFAULT_HOST_OUTPUT_MAX_BYTES = 131072
 class ModelOptions:
     onnx_file: str = "model.onnx"
     """Path of the ONNX file, relative to the model's version directory."""
+    hooks: str = ""
+    """Path of a Python module with preprocess/postprocess hooks, relative to the version directory;
+    empty: none (docs/hooks.md)."""
     allow_cpu_fallback: bool = False
     """On a GPU instance whose CUDA EP cannot load: run on CPU with a warning instead of failing the load."""
     allow_cuda_fallback: bool = False
@@ -154,6 +157,13 @@ def _parse_path(what: str, raw: str) -> str:
     return raw.strip()
 
 
+def _parse_hooks_path(what: str, raw: str) -> str:
+    path = raw.strip()
+    if path and not path.endswith(".py"):
+        raise ConfigError(f"{what}: {raw!r} is not a Python file (expected e.g. hooks.py, or empty)")
+    return path
+
+
 def _parse_text(what: str, raw: str) -> str:
     if not raw.strip():
         raise ConfigError(f"{what} is empty (expected a value)")
@@ -206,6 +216,7 @@ _PARAMETERS: dict[str, _Parameter] = {
     ),
     # Ours: what the native backend has no word for.
     "onnx_file": _Parameter("onnx_file", _parse_path, native=False),
+    "hooks": _Parameter("hooks", _parse_hooks_path, native=False),
     "allow_cpu_fallback": _Parameter("allow_cpu_fallback", _parse_bool, native=False),
     "allow_cuda_fallback": _Parameter("allow_cuda_fallback", _parse_bool, native=False),
     "gather_requests": _Parameter("gather_requests", _parse_bool, native=False),

@@ -1,0 +1,1 @@
+../../../../model_repository/demo/1/model.py

@@ -1,0 +1,1 @@
+../../preprocess_bls/1/model.py

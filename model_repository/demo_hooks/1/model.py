@@ -1,0 +1,1 @@
+../../demo/1/model.py
