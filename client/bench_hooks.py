@@ -80,7 +80,7 @@ def _config(onnx_file: Path) -> dict[str, Any]:
     parameters = {
         "onnx_file": {"string_value": str(onnx_file)},
         # One ORT thread: the run happens on the calling thread, which the CPU clock then sees whole.
-        "intra_op_num_threads": {"string_value": "1"},
+        "intra_op_thread_count": {"string_value": "1"},
         "hooks": {"string_value": str(EXAMPLE / "1" / "hooks.py")},
         # Outputs stay where they are computed in every way: the comparison is about hooks, not placement.
         "output_placement": {"string_value": "device"},
