@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from client.triton_client import reference_outputs
 from numpy.typing import NDArray
 
 from tests.paths import MODEL_REPOSITORY, demo_onnx
+from triton_ort.testing.reference import reference_outputs
 from triton_ort.testing.repository import pin_one_instance, read_config, write_config
 
 EXAMPLE = MODEL_REPOSITORY / "demo_hooks"

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from client.triton_client import infer
 from numpy.typing import NDArray
 from tritonclient.utils import InferenceServerException
 
 from tests.hooks_support import HANDOFF_REPOSITORY, build_hooks_repository, expected_top_k, raw_features
 from tests.paths import SERVER_TOLERANCE, demo_onnx
 from triton_ort.testing.server import LocalTritonServer
+from triton_ort.testing.transport import infer
 
 pytestmark = pytest.mark.integration
 

@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from client.triton_client import reference_outputs
 from numpy.typing import NDArray
 
 from tests.paths import MODEL_REPOSITORY, demo_onnx
 from triton_ort import ConfigError, HookError, InputError, ModelInstance
 from triton_ort.hooks import HookedRunner
+from triton_ort.testing.reference import reference_outputs
 from triton_ort.testing.repository import read_config
 
 EXAMPLE = MODEL_REPOSITORY / "demo_hooks"
