@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from triton_ort.backend import install as install_zerocopy_backend
+
 # Header that unlocks the restricted APIs (logging, trace); its value is LocalTritonServer.admin_key.
 ADMIN_HEADER = "triton-ort-admin"
 
@@ -99,7 +101,7 @@ class LocalTritonServer:
         return self.log_path.read_text(errors="replace") if self._workdir else ""
 
     def _prepare_backend(self, dist: Path) -> Path:
-        """A backend directory holding the python backend and the stub for this Python."""
+        """A backend directory: the python backend, the stub for this Python, and onnxruntime_zerocopy."""
         assert self._workdir is not None
         version = f"{sys.version_info.major}.{sys.version_info.minor}"
         stub = dist / "python_backend_stubs" / version / "triton_python_backend_stub"
@@ -114,6 +116,8 @@ class LocalTritonServer:
         for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
             shutil.copy(dist / "backends" / "python" / name, backend / name)
         shutil.copy(stub, backend / "triton_python_backend_stub")
+        # Beside `python`, the Python-based backend it runs: models with backend "onnxruntime_zerocopy".
+        install_zerocopy_backend(backend.parent)
         return backend.parent
 
     def _environment(self, libs: Path) -> dict[str, str]:
