@@ -13,12 +13,12 @@ from typing import Any
 
 import torch
 
-from .errors import ProviderError, TritonOrtError
+from .errors import ConfigError, ProviderError, TritonOrtError
 from .gather import Result, run_requests
 from .options import ModelOptions, parameters_from_model_config, parse_options
 from .runner import IOBindingRunner, OutputPlacement
 from .session import Placement, create_session
-from .signature import check_config
+from .signature import Dim, check_config
 from .stats import ExecuteStats
 
 LOGGER = logging.getLogger(__name__)
@@ -40,6 +40,22 @@ def cpu_threads_per_instance(model_config: Mapping[str, Any]) -> int:
     return max(1, len(os.sched_getaffinity(0)) // instances)
 
 
+def check_warmup_batch_sizes(batch_sizes: Sequence[int], max_batch_size: int) -> None:
+    """The `warmup` parameter's batch sizes must be ones Triton could send this model."""
+    if max_batch_size > 0:
+        too_large = [size for size in batch_sizes if size > max_batch_size]
+        if too_large:
+            raise ConfigError(
+                f"parameter 'warmup': batch size {too_large[0]} is above max_batch_size {max_batch_size} "
+                f"(expected batch sizes from 1 to {max_batch_size})"
+            )
+    elif any(size != 1 for size in batch_sizes):
+        raise ConfigError(
+            f"parameter 'warmup': batch sizes {','.join(map(str, batch_sizes))} need a batch axis, but "
+            "max_batch_size is 0 (expected true or false for this model)"
+        )
+
+
 class ModelInstance:
     """Session, IO binding and request gathering for one Triton model instance, built once at load."""
 
@@ -47,6 +63,8 @@ class ModelInstance:
         self, model_config: Mapping[str, Any], version_dir: Path, instance_kind: str, device_id: int
     ) -> None:
         self.options: ModelOptions = parse_options(parameters_from_model_config(model_config))
+        self.max_batch_size = int(model_config.get("max_batch_size", 0))
+        check_warmup_batch_sizes(self.options.warmup, self.max_batch_size)
         gpu = instance_kind.upper() == "GPU"
         if not gpu:
             # On CPU, torch only moves and concatenates tensors and ORT's thread pool computes; torch's own
@@ -77,8 +95,7 @@ class ModelInstance:
         self.last_execute: ExecuteStats | None = None  # kept only while DEBUG logging is on
         if not self.runner.placement.is_cuda:
             self._stream = None  # the CUDA EP did not load and allow_cpu_fallback let it run on CPU
-        if self.options.warmup:
-            self._warm_up()
+        self._warm_up(self.options.warmup)
         LOGGER.info(
             "loaded %s on %s with providers %s; options %s",
             self.options.onnx_file,
@@ -87,11 +104,19 @@ class ModelInstance:
             self.options,
         )
 
-    def _smallest_request(self) -> dict[str, torch.Tensor]:
-        """Zeros of the model's input shapes, variable axes 1: for warm-up and arena clean-up runs."""
+    def _zeros_request(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
+        """Zeros of the model's input shapes: `batch_size` rows where Triton batches (max_batch_size > 0,
+        axis 0), other variable axes 1. For warm-up and arena clean-up runs."""
+        batched = self.max_batch_size > 0
+
+        def size(axis: int, dim: Dim) -> int:
+            if axis == 0 and batched:
+                return batch_size
+            return dim if isinstance(dim, int) else 1
+
         return {
             spec.name: torch.zeros(
-                [d if isinstance(d, int) else 1 for d in spec.shape],
+                [size(axis, d) for axis, d in enumerate(spec.shape)],
                 dtype=spec.element_type.torch_dtype,
                 device=self.runner.device,
             )
@@ -102,18 +127,24 @@ class ModelInstance:
         """A failed run may have left ORT's CUDA arena swollen; a tiny run with shrinkage gives it back now
         rather than at the next request."""
         if self.runner.arena_needs_shrink:
-            result = run_requests(self.runner, [self._smallest_request()], gather=False)[0]
+            result = run_requests(self.runner, [self._zeros_request()], gather=False)[0]
             if isinstance(result, Exception):
                 LOGGER.warning("could not shrink ORT's CUDA arena after a failed run: %s", result)
 
-    def _warm_up(self) -> None:
-        zeros = self._smallest_request()
-        started = time.perf_counter()
-        result = self.infer([zeros])[0]
-        if isinstance(result, Exception):  # a model may reject zeros; serving can still go on
-            LOGGER.warning("warm-up run failed (set parameter warmup: false to skip it): %s", result)
-        else:
-            LOGGER.info("warm-up run took %.1f ms", (time.perf_counter() - started) * 1e3)
+    def _warm_up(self, batch_sizes: Sequence[int]) -> None:
+        """One run per batch size, in initialize: Triton reports the model ready only after it."""
+        for batch_size in batch_sizes:
+            started = time.perf_counter()
+            result = self.infer([self._zeros_request(batch_size)])[0]
+            if isinstance(result, Exception):  # a model may reject zeros; serving can still go on
+                LOGGER.warning(
+                    "warm-up run at batch size %d failed (parameter warmup: false skips warm-up): %s",
+                    batch_size,
+                    result,
+                )
+            else:
+                elapsed_ms = (time.perf_counter() - started) * 1e3
+                LOGGER.info("warm-up run at batch size %d took %.1f ms", batch_size, elapsed_ms)
 
     @property
     def device(self) -> torch.device:

@@ -44,9 +44,10 @@ class ModelOptions:
     cuda_graph: bool = False
     """GPU instances: capture the model as ORT CUDA graphs (one per input shape, at most 32) and replay
     them, which saves kernel-launch time; inputs and outputs are copied through fixed buffers."""
-    warmup: bool = True
-    """Run the model once at load (zeros, variable axes 1), so the first request does not pay for
-    cuBLAS/cuDNN initialisation (about 100 ms on a GPU)."""
+    warmup: tuple[int, ...] = (1,)
+    """Batch sizes run once each at load, before the model reports ready (zeros; other variable axes 1),
+    so the first requests do not pay for cuBLAS/cuDNN initialisation (about 100 ms on a GPU) or for ORT's
+    first allocation at each size. Written `true` (= 1), `false` (none), or a list such as `1,8,64`."""
     gpu_mem_limit: int = 0
     """Bytes the CUDA EP's arena may hold; 0 = no limit."""
     arena_extend_strategy: str = "kNextPowerOfTwo"
@@ -85,6 +86,23 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[str, str], str]:
     return parse
 
 
+def _parse_warmup(key: str, raw: str) -> tuple[int, ...]:
+    # Not _parse_bool: "1" is a batch size here, and "yes"/"on" would read as a list of one size.
+    accepted = "expected true, false, or batch sizes separated by commas, such as 1,8,64"
+    text = raw.strip().lower()
+    if text in ("true", "false"):
+        return (1,) if text == "true" else ()
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"parameter {key!r}: {raw!r} is not valid; {accepted}") from None
+    if any(size < 1 for size in sizes):
+        raise ConfigError(
+            f"parameter {key!r}: {raw!r} has a batch size below 1; {accepted} (false turns warm-up off)"
+        )
+    return tuple(dict.fromkeys(sizes))  # each size once, in the order given
+
+
 def _parse_path(key: str, raw: str) -> str:
     if not raw.strip():
         raise ConfigError(f"parameter {key!r} is empty (expected a file name such as model.onnx)")
@@ -99,7 +117,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "output_placement": _one_of(OUTPUT_PLACEMENTS),
     "host_output_max_bytes": _parse_count,
     "cuda_graph": _parse_bool,
-    "warmup": _parse_bool,
+    "warmup": _parse_warmup,
     "gpu_mem_limit": _parse_count,
     "arena_extend_strategy": _one_of(ARENA_EXTEND_STRATEGIES),
     "cudnn_conv_algo_search": _one_of(CUDNN_CONV_ALGO_SEARCHES),
