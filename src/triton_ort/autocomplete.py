@@ -15,13 +15,14 @@ applies to a config that may already be partly written:
 - Inputs: every ONNX input. Outputs: every ONNX output when the config lists none; when it lists some, those
   are the outputs served (a deliberate subset), and only their missing fields are filled.
 - Dims leave out the batch axis when max_batch_size > 0; an open axis is -1.
-- Anything the config states that the ONNX file contradicts is reported by signature.check_config, with
-  every difference listed, before Triton sees the completed config.
+- What the config states is kept as it is, even where the ONNX file contradicts it: ModelInstance checks
+  the completed config against the file at load (signature.check_config) and lists every difference.
+  Auto-complete itself never fails on a conflict, because Triton's python backend 23.12 left the load
+  hanging when auto_complete_config raised while another model of the backend was running.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ import onnx
 from .dtypes import ELEMENT_TYPES, ElementType, from_onnx_type
 from .errors import ConfigError
 from .options import parameters_from_model_config, parse_options
-from .signature import Dim, TensorSpec, check_config
+from .signature import Dim, TensorSpec
 
 DEFAULT_MAX_BATCH_SIZE = 4
 """max_batch_size given to a batchable model whose config does not set one (the native ONNX Runtime
@@ -158,8 +159,9 @@ def _entry(spec: TensorSpec, configured: Mapping[str, Any] | None, max_batch_siz
 def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> CompletedConfig:
     """The config's missing inputs, outputs and max_batch_size, read from its ONNX file.
 
-    Raises ConfigError for a bad parameter, an unreadable ONNX file, or a config that contradicts the file
-    (every difference listed)."""
+    Raises ConfigError for a bad parameter or an unreadable ONNX file. Entries the config states are
+    returned unchanged (pb_utils.ModelConfig refuses to change them); conflicts with the file are for
+    signature.check_config."""
     options = parse_options(parameters_from_model_config(model_config))
     inputs, outputs = read_onnx_signature(version_dir / options.onnx_file)
     max_batch_size = _max_batch_size(model_config, inputs, outputs)
@@ -170,13 +172,6 @@ def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> Compl
     served_outputs = [s for s in outputs if not configured_outputs or s.name in configured_outputs]
     completed_outputs = [_entry(s, configured_outputs.get(s.name), max_batch_size) for s in served_outputs]
 
-    completed = copy.deepcopy(dict(model_config))
-    completed["max_batch_size"] = max_batch_size
-    # Entries the file does not have stay in, so that check_config names them.
-    completed["input"] = completed_inputs + _unknown(configured_inputs, inputs)
-    completed["output"] = completed_outputs + _unknown(configured_outputs, outputs)
-    check_config(completed, inputs, outputs)
-
     has_scheduler = any(key in model_config for key in _SCHEDULERS)
     return CompletedConfig(
         max_batch_size=max_batch_size,
@@ -184,9 +179,3 @@ def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> Compl
         outputs=tuple(completed_outputs),
         dynamic_batching=max_batch_size > 1 and not has_scheduler,
     )
-
-
-def _unknown(configured: Mapping[str, Any], specs: tuple[TensorSpec, ...]) -> list[Any]:
-    """Configured entries that name no tensor of the file."""
-    names = {spec.name for spec in specs}
-    return [entry for name, entry in configured.items() if name not in names]

@@ -12,6 +12,7 @@ from onnx import TensorProto, helper
 from tests import graphs
 from triton_ort import ConfigError
 from triton_ort.autocomplete import DEFAULT_MAX_BATCH_SIZE, complete_config, read_onnx_signature
+from triton_ort.signature import check_config
 
 v = helper.make_tensor_value_info
 
@@ -75,10 +76,9 @@ def test_fixed_first_axis_means_no_batching(tmp_path: Path) -> None:
     assert completed.inputs == ({"name": "x", "data_type": "TYPE_FP32", "dims": [1, 3]},)
 
 
-def test_max_batch_size_on_a_fixed_first_axis_is_reported(tmp_path: Path) -> None:
-    fixed_shape(tmp_path / "model.onnx")
-    with pytest.raises(ConfigError, match=r"input 'x': max_batch_size 8 needs a dynamic first axis"):
-        complete_config(config(max_batch_size=8), tmp_path)
+def test_configured_max_batch_size_is_kept_even_on_a_fixed_first_axis(tmp_path: Path) -> None:
+    fixed_shape(tmp_path / "model.onnx")  # check_config reports it at load: see test_signature.py
+    assert complete_config(config(max_batch_size=8), tmp_path).max_batch_size == 8
 
 
 def test_one_fixed_output_axis_means_no_batching_and_open_axes_are_minus_one(tmp_path: Path) -> None:
@@ -108,18 +108,18 @@ def test_name_only_entries_are_filled_and_listed_outputs_are_the_ones_served(mul
     assert completed.outputs == ({"name": "c_not", "data_type": "TYPE_BOOL", "dims": [2]},)
 
 
-def test_conflicts_with_the_file_are_all_listed(multi_io: Path) -> None:
-    wrong = config(
-        max_batch_size=8,
-        input=[{"name": "a", "data_type": "TYPE_FP32", "dims": [5]}],
-        output=[{"name": "nope", "data_type": "TYPE_FP32", "dims": [1]}],
-    )
+def test_configured_entries_are_kept_for_the_load_time_check_to_report(multi_io: Path) -> None:
+    """Auto-complete never fails on a conflict (see the module's docstring); ModelInstance's check does."""
+    stated = {"name": "a", "data_type": "TYPE_FP32", "dims": [5]}
+    wrong = config(max_batch_size=8, input=[stated])
+    completed = complete_config(wrong, multi_io)
+    assert completed.inputs[0] == stated
+    merged = {**wrong, "input": list(completed.inputs), "output": list(completed.outputs)}
+    inputs, outputs = read_onnx_signature(multi_io / "model.onnx")
     with pytest.raises(ConfigError) as caught:
-        complete_config(wrong, multi_io)
-    message = str(caught.value)
-    assert "input 'a': config says FP32, the ONNX file says FP16" in message
-    assert "input 'a': axis 1 is 5 in config.pbtxt but 3 in the ONNX file" in message
-    assert "config output 'nope' is not in the ONNX file" in message
+        check_config(merged, inputs, outputs)
+    assert "input 'a': config says FP32, the ONNX file says FP16" in str(caught.value)
+    assert "input 'a': axis 1 is 5 in config.pbtxt but 3 in the ONNX file" in str(caught.value)
 
 
 def test_onnx_file_parameter_is_honoured_and_a_missing_file_named(multi_io: Path) -> None:
