@@ -13,14 +13,14 @@ from typing import Any
 
 import torch
 
-from .errors import InferenceError, ProviderError
+from .errors import ConfigError, InferenceError, ProviderError
 from .gather import Result, Runs, run_requests
 from .hooks import ClientSpecs, HookedRunner, Hooks, check_config_around_hooks
 from .metrics import InstanceMetrics, request_rows
 from .options import ModelOptions, options_from_model_config
 from .runner import IOBindingRunner, OutputPlacement
 from .session import Placement, create_session
-from .signature import TensorSpec, check_config
+from .signature import Dim, TensorSpec, check_config
 from .stats import ExecuteStats
 
 LOGGER = logging.getLogger(__name__)
@@ -64,6 +64,22 @@ def cpu_threads_per_instance(model_config: Mapping[str, Any]) -> int:
     return max(1, len(os.sched_getaffinity(0)) // instances)
 
 
+def check_warmup_batch_sizes(batch_sizes: Sequence[int], max_batch_size: int) -> None:
+    """The `warmup` parameter's batch sizes must be ones Triton could send this model."""
+    if max_batch_size > 0:
+        too_large = [size for size in batch_sizes if size > max_batch_size]
+        if too_large:
+            raise ConfigError(
+                f"parameter 'warmup': batch size {too_large[0]} is above max_batch_size {max_batch_size} "
+                f"(expected batch sizes from 1 to {max_batch_size})"
+            )
+    elif any(size != 1 for size in batch_sizes):
+        raise ConfigError(
+            f"parameter 'warmup': batch sizes {','.join(map(str, batch_sizes))} need a batch axis, but "
+            "max_batch_size is 0 (expected true or false for this model)"
+        )
+
+
 class ModelInstance:
     """Session, IO binding and request gathering for one Triton model instance, built once at load."""
 
@@ -77,6 +93,8 @@ class ModelInstance:
     ) -> None:
         self.options: ModelOptions = options_from_model_config(model_config)
         self.metrics = metrics
+        self.max_batch_size = int(model_config.get("max_batch_size", 0))
+        check_warmup_batch_sizes(self.options.warmup, self.max_batch_size)
         gpu = instance_kind.upper() == "GPU"
         if not gpu:
             # On CPU, torch only moves and concatenates tensors and ORT's thread pool computes; torch's own
@@ -121,8 +139,7 @@ class ModelInstance:
         if not self.runner.placement.is_cuda:
             self._stream = None  # the CUDA EP did not load and allow_cpu_fallback let it run on CPU
         self._loaded = False  # warm-up runs are not the clients' executes: metrics start after them
-        if self.options.warmup:
-            self._warm_up()
+        self._warm_up(self.options.warmup)
         self._loaded = True
         if self.metrics is not None:
             self.metrics.loaded(self.runner.stats, cpu_fallback=gpu and not self.runner.placement.is_cuda)
@@ -134,12 +151,21 @@ class ModelInstance:
             self.options,
         )
 
-    def _smallest_request(self, specs: Sequence[TensorSpec] | None = None) -> dict[str, torch.Tensor]:
-        """Zeros of the model's input shapes (or of `specs`), variable axes 1: for warm-up and arena
-        clean-up runs."""
+    def _zeros_request(
+        self, specs: Sequence[TensorSpec] | None = None, batch_size: int = 1
+    ) -> dict[str, torch.Tensor]:
+        """Zeros of the model's input shapes (or of `specs`): `batch_size` rows where Triton batches
+        (max_batch_size > 0, axis 0), other variable axes 1. For warm-up and arena clean-up runs."""
+        batched = self.max_batch_size > 0
+
+        def size(axis: int, dim: Dim) -> int:
+            if axis == 0 and batched:
+                return batch_size
+            return dim if isinstance(dim, int) else 1
+
         return {
             spec.name: torch.zeros(
-                [d if isinstance(d, int) else 1 for d in spec.shape],
+                [size(axis, d) for axis, d in enumerate(spec.shape)],
                 dtype=spec.element_type.torch_dtype,
                 device=self.runner.device,
             )
@@ -150,18 +176,25 @@ class ModelInstance:
         """A failed run may have left ORT's CUDA arena swollen; a tiny run with shrinkage gives it back now
         rather than at the next request."""
         if self.runner.arena_needs_shrink:
-            result = run_requests(self.runner, [self._smallest_request()], gather=False)[0]
+            result = run_requests(self.runner, [self._zeros_request()], gather=False)[0]
             if isinstance(result, Exception):
                 LOGGER.warning("could not shrink ORT's CUDA arena after a failed run: %s", result)
 
-    def _warm_up(self) -> None:
-        zeros = self._smallest_request(self._request_specs)  # what clients send: hooks run too
-        started = time.perf_counter()
-        result = self.infer([zeros])[0]
-        if isinstance(result, Exception):  # a model may reject zeros; serving can still go on
-            LOGGER.warning("warm-up run failed (set parameter warmup: false to skip it): %s", result)
-        else:
-            LOGGER.info("warm-up run took %.1f ms", (time.perf_counter() - started) * 1e3)
+    def _warm_up(self, batch_sizes: Sequence[int]) -> None:
+        """One run per batch size, in initialize: Triton reports the model ready only after it. The zeros
+        have the shapes clients send, so hooks run too."""
+        for batch_size in batch_sizes:
+            started = time.perf_counter()
+            result = self.infer([self._zeros_request(self._request_specs, batch_size)])[0]
+            if isinstance(result, Exception):  # a model may reject zeros; serving can still go on
+                LOGGER.warning(
+                    "warm-up run at batch size %d failed (parameter warmup: false skips warm-up): %s",
+                    batch_size,
+                    result,
+                )
+            else:
+                elapsed_ms = (time.perf_counter() - started) * 1e3
+                LOGGER.info("warm-up run at batch size %d took %.1f ms", batch_size, elapsed_ms)
 
     @property
     def device(self) -> torch.device:

@@ -71,9 +71,10 @@ class ModelOptions:
     cuda_graph: bool = False
     """GPU instances: capture the model as ORT CUDA graphs (one per input shape, at most 32) and replay
     them, which saves kernel-launch time; inputs and outputs are copied through fixed buffers."""
-    warmup: bool = True
-    """Run the model once at load (zeros, variable axes 1), so the first request does not pay for
-    cuBLAS/cuDNN initialisation (about 100 ms on a GPU)."""
+    warmup: tuple[int, ...] = (1,)
+    """Batch sizes run once each at load, before the model reports ready (zeros; other variable axes 1),
+    so the first requests do not pay for cuBLAS/cuDNN initialisation (about 100 ms on a GPU) or for ORT's
+    first allocation at each size. Written `true` (= 1), `false` (none), or a list such as `1,8,64`."""
     gpu_mem_limit: int = 0
     """Bytes the CUDA EP's arena may hold; 0 = no limit."""
     arena_extend_strategy: str = "kNextPowerOfTwo"
@@ -134,6 +135,21 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[str, str], str]:
         return raw
 
     return parse
+
+
+def _parse_warmup(what: str, raw: str) -> tuple[int, ...]:
+    # Not _parse_bool: "1" is a batch size here, and "yes"/"on" would read as a list of one size.
+    accepted = "expected true, false, or batch sizes separated by commas, such as 1,8,64"
+    text = raw.strip().lower()
+    if text in ("true", "false"):
+        return (1,) if text == "true" else ()
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"{what}: {raw!r} is not valid; {accepted}") from None
+    if any(size < 1 for size in sizes):
+        raise ConfigError(f"{what}: {raw!r} has a batch size below 1; {accepted} (false turns warm-up off)")
+    return tuple(dict.fromkeys(sizes))  # each size once, in the order given
 
 
 def _native_enum(choices: tuple[str, ...]) -> Callable[[str, str], str]:
@@ -224,7 +240,7 @@ _PARAMETERS: dict[str, _Parameter] = {
     "output_placement": _Parameter("output_placement", _one_of(OUTPUT_PLACEMENTS), native=False),
     "host_output_max_bytes": _Parameter("host_output_max_bytes", _parse_count, native=False),
     "cuda_graph": _Parameter("cuda_graph", _parse_bool, native=False),
-    "warmup": _Parameter("warmup", _parse_bool, native=False),
+    "warmup": _Parameter("warmup", _parse_warmup, native=False),
 }
 
 # Our earlier spellings, kept so existing configs load; each logs a warning naming the native spelling.

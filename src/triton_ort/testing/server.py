@@ -50,6 +50,8 @@ from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import model_config_pb2
 
+from triton_ort.backend import install as install_zerocopy_backend
+
 # Header that unlocks the restricted APIs (logging, trace); its value is LocalTritonServer.admin_key.
 ADMIN_HEADER = "triton-ort-admin"
 
@@ -328,7 +330,7 @@ class LocalTritonServer:
         return self._log_path.read_text(errors="replace")
 
     def _prepare_backend(self, dist: Path) -> Path:
-        """A backend directory holding the python backend and the stub for this Python."""
+        """A backend directory: the python backend, the stub for this Python, and onnxruntime_zerocopy."""
         assert self._workdir is not None
         version = f"{sys.version_info.major}.{sys.version_info.minor}"
         stub = dist / "python_backend_stubs" / version / "triton_python_backend_stub"
@@ -343,6 +345,8 @@ class LocalTritonServer:
         for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
             shutil.copy(dist / "backends" / "python" / name, backend / name)
         shutil.copy(stub, backend / "triton_python_backend_stub")
+        # Beside `python`, the Python-based backend it runs: models with backend "onnxruntime_zerocopy".
+        install_zerocopy_backend(backend.parent)
         return backend.parent
 
     def _environment(self, libs: Path) -> dict[str, str]:

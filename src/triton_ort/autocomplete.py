@@ -1,0 +1,181 @@
+"""Fill in config.pbtxt from the ONNX file: inputs, outputs, data types, dims and max_batch_size.
+
+Triton calls the model's `auto_complete_config` before any instance exists (unless the server runs with
+--disable-auto-complete-config), so this reads the graph with the `onnx` package, not an ORT session: no
+device, no execution provider, no weights beyond the graph's own protobuf.
+
+Policy, following onnxruntime_backend's autocomplete (src/onnxruntime.cc, AutoCompleteMaxBatch) where it
+applies to a config that may already be partly written:
+- A model can batch when every input and output has a first axis that the ONNX file leaves open
+  (a symbolic name such as `batch`, or unknown).
+- max_batch_size: kept when the config sets it. When it does not (0) and the model can batch, it becomes
+  DEFAULT_MAX_BATCH_SIZE, as the native backend's default-max-batch-size, unless the config's own input or
+  output dims already spell out the full ONNX rank (that config means "no batch axis": it stays 0).
+- dynamic_batching is switched on when max_batch_size ends up above 1 and no scheduler is configured.
+- Inputs: every ONNX input. Outputs: every ONNX output when the config lists none; when it lists some, those
+  are the outputs served (a deliberate subset), and only their missing fields are filled.
+- Dims leave out the batch axis when max_batch_size > 0; an open axis is -1.
+- What the config states is kept as it is, even where the ONNX file contradicts it: ModelInstance checks
+  the completed config against the file at load (signature.check_config) and lists every difference.
+  Auto-complete itself never fails on a conflict, because Triton's python backend 23.12 left the load
+  hanging when auto_complete_config raised while another model of the backend was running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from .dtypes import ELEMENT_TYPES, ElementType, from_onnx_type
+from .errors import ConfigError
+from .options import parameters_from_model_config, parse_options
+from .signature import Dim, TensorSpec
+
+DEFAULT_MAX_BATCH_SIZE = 4
+"""max_batch_size given to a batchable model whose config does not set one (the native ONNX Runtime
+backend's default-max-batch-size). Set max_batch_size in config.pbtxt for larger batches."""
+
+_BY_PROTO: dict[int, ElementType] = {t.onnx_proto: t for t in ELEMENT_TYPES}
+_SCHEDULERS = ("dynamic_batching", "sequence_batching", "ensemble_scheduling")
+
+
+@dataclass(frozen=True)
+class CompletedConfig:
+    """What auto-complete adds to a config, in the terms of pb_utils.ModelConfig's setters."""
+
+    max_batch_size: int
+    inputs: tuple[dict[str, Any], ...]
+    """Entries for ModelConfig.add_input: name, data_type (TYPE_...), dims (without the batch axis)."""
+    outputs: tuple[dict[str, Any], ...]
+    dynamic_batching: bool
+    """Whether to call ModelConfig.set_dynamic_batching."""
+
+
+def _element_type(value_info: onnx.ValueInfoProto, where: str) -> ElementType:
+    if not value_info.type.HasField("tensor_type"):
+        kind = value_info.type.WhichOneof("value") or "unknown"
+        raise ConfigError(f"{where} is a {kind.removesuffix('_type')}, not a tensor; only tensors are served")
+    proto = value_info.type.tensor_type.elem_type
+    if proto == onnx.TensorProto.STRING:
+        return from_onnx_type("tensor(string)", where)  # the one message for string tensors
+    if proto not in _BY_PROTO:
+        name = onnx.TensorProto.DataType.Name(proto) if proto in onnx.TensorProto.DataType.values() else proto
+        supported = ", ".join(t.triton_name for t in ELEMENT_TYPES)
+        raise ConfigError(f"{where} has ONNX element type {name}, not served; supported: {supported}")
+    return _BY_PROTO[proto]
+
+
+def _shape(value_info: onnx.ValueInfoProto) -> tuple[Dim, ...]:
+    tensor_type = value_info.type.tensor_type
+    if not tensor_type.HasField("shape"):
+        raise ConfigError(
+            f"ONNX tensor {value_info.name!r} has no shape in the graph (its rank is unknown); "
+            "write its dims in config.pbtxt, or export the model with shapes"
+        )
+    dims: list[Dim] = []
+    for dim in tensor_type.shape.dim:
+        if dim.HasField("dim_value"):
+            dims.append(int(dim.dim_value))
+        else:
+            dims.append(dim.dim_param or None)
+    return tuple(dims)
+
+
+def read_onnx_signature(path: Path) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """(inputs, outputs) of an ONNX file's graph, without loading external weights."""
+    if not path.is_file():
+        raise ConfigError(
+            f"ONNX file {str(path)!r} does not exist (parameter onnx_file names it, relative to the "
+            "version directory; default model.onnx)"
+        )
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception as error:  # the onnx package raises DecodeError and others for a damaged file
+        raise ConfigError(f"{str(path)!r} is not a readable ONNX file: {error}") from error
+    # Models exported with IR < 4 also list their weights as graph inputs: those are not request inputs.
+    weights = {tensor.name for tensor in graph.initializer}
+
+    def spec(value_info: onnx.ValueInfoProto, kind: str) -> TensorSpec:
+        where = f"ONNX {kind} {value_info.name!r}"
+        return TensorSpec(value_info.name, _element_type(value_info, where), _shape(value_info))
+
+    inputs = tuple(spec(v, "input") for v in graph.input if v.name not in weights)
+    outputs = tuple(spec(v, "output") for v in graph.output)
+    return inputs, outputs
+
+
+def can_batch(specs: tuple[TensorSpec, ...]) -> bool:
+    """Every tensor has a first axis that the file leaves open, so Triton may put the batch there."""
+    return all(len(spec.shape) > 0 and not isinstance(spec.shape[0], int) for spec in specs)
+
+
+def _config_ranks(model_config: Mapping[str, Any], specs: Mapping[str, TensorSpec]) -> set[str]:
+    """For each configured entry that has dims: 'full' if they have the ONNX rank, 'batched' if one less."""
+    seen = set()
+    for entry in [*model_config.get("input", []), *model_config.get("output", [])]:
+        spec = specs.get(str(entry.get("name")))
+        dims = entry.get("dims") or []
+        if spec is None or not dims:
+            continue
+        if len(dims) == len(spec.shape):
+            seen.add("full")
+        elif len(dims) == len(spec.shape) - 1:
+            seen.add("batched")
+    return seen
+
+
+def _max_batch_size(
+    model_config: Mapping[str, Any], inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]
+) -> int:
+    configured = int(model_config.get("max_batch_size", 0))
+    if configured > 0 or not can_batch(inputs + outputs):
+        return configured  # a wrong one (fixed first axis) is reported by check_config
+    ranks = _config_ranks(model_config, {spec.name: spec for spec in inputs + outputs})
+    if ranks == {"full"}:
+        return 0  # the config describes whole tensors: it wants no batch axis
+    return DEFAULT_MAX_BATCH_SIZE
+
+
+def _dims(spec: TensorSpec, max_batch_size: int) -> list[int]:
+    shape = spec.shape[1:] if max_batch_size > 0 else spec.shape
+    return [d if isinstance(d, int) else -1 for d in shape]
+
+
+def _entry(spec: TensorSpec, configured: Mapping[str, Any] | None, max_batch_size: int) -> dict[str, Any]:
+    """The complete entry: the config's own data_type and dims where it has them, the file's elsewhere."""
+    data_type = str((configured or {}).get("data_type") or "TYPE_INVALID")
+    dims = [int(d) for d in (configured or {}).get("dims") or []]
+    return {
+        "name": spec.name,
+        "data_type": f"TYPE_{spec.element_type.triton_name}" if data_type == "TYPE_INVALID" else data_type,
+        "dims": dims or _dims(spec, max_batch_size),
+    }
+
+
+def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> CompletedConfig:
+    """The config's missing inputs, outputs and max_batch_size, read from its ONNX file.
+
+    Raises ConfigError for a bad parameter or an unreadable ONNX file. Entries the config states are
+    returned unchanged (pb_utils.ModelConfig refuses to change them); conflicts with the file are for
+    signature.check_config."""
+    options = parse_options(parameters_from_model_config(model_config))
+    inputs, outputs = read_onnx_signature(version_dir / options.onnx_file)
+    max_batch_size = _max_batch_size(model_config, inputs, outputs)
+
+    configured_inputs = {str(e["name"]): e for e in model_config.get("input", [])}
+    configured_outputs = {str(e["name"]): e for e in model_config.get("output", [])}
+    completed_inputs = [_entry(spec, configured_inputs.get(spec.name), max_batch_size) for spec in inputs]
+    served_outputs = [s for s in outputs if not configured_outputs or s.name in configured_outputs]
+    completed_outputs = [_entry(s, configured_outputs.get(s.name), max_batch_size) for s in served_outputs]
+
+    has_scheduler = any(key in model_config for key in _SCHEDULERS)
+    return CompletedConfig(
+        max_batch_size=max_batch_size,
+        inputs=tuple(completed_inputs),
+        outputs=tuple(completed_outputs),
+        dynamic_batching=max_batch_size > 1 and not has_scheduler,
+    )

@@ -1,0 +1,154 @@
+"""Triton python-backend adapter for any ONNX model, served zero-copy through ONNX Runtime IO binding.
+
+Triton reaches it through a one-line model.py (triton_ort.backend.MODEL_PY): the backend
+`onnxruntime_zerocopy`'s, or a copy in a model's version directory. Imported only inside the python-backend
+stub (it needs triton_python_backend_utils). The work lives in the `triton_ort` library (importable and
+tested without Triton); this adapter only fills in the config from the ONNX file, converts between Triton's
+tensors and torch through DLPack, and maps errors onto per-request TritonErrors.
+
+Data path: request -> pb_utils.Tensor -> DLPack -> torch (no copy; on the GPU when Triton delivers it there)
+-> ORT IO binding by pointer -> run on the instance's CUDA stream -> torch outputs on the device (or, when
+the output is small, one copy into pinned host memory: parameter output_placement) -> DLPack
+-> pb_utils.Tensor -> response.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.utils.dlpack
+import triton_python_backend_utils as pb_utils
+
+from triton_ort import ModelInstance, TritonOrtError, triton_code
+from triton_ort.autocomplete import complete_config
+from triton_ort.copy_counter import copy_counting_enabled, count_host_device_copies
+from triton_ort.metrics import triton_instance_metrics
+
+LOGGER = logging.getLogger("triton_ort.backend")
+
+
+class _TritonLogHandler(logging.Handler):
+    """Sends the library's `logging` records to Triton's log, at the matching level."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = self.format(record)
+        if record.levelno >= logging.ERROR:
+            pb_utils.Logger.log_error(message)
+        elif record.levelno >= logging.WARNING:
+            pb_utils.Logger.log_warn(message)
+        elif record.levelno >= logging.INFO:
+            pb_utils.Logger.log_info(message)
+        else:
+            pb_utils.Logger.log_verbose(message)
+
+
+def _route_library_logging() -> None:
+    library_logger = logging.getLogger("triton_ort")
+    if not any(isinstance(h, _TritonLogHandler) for h in library_logger.handlers):
+        library_logger.addHandler(_TritonLogHandler())
+        # DEBUG adds a line per execute (devices, ORT runs, host copies); Triton shows it at --log-verbose 1.
+        library_logger.setLevel(os.environ.get("TRITON_ORT_LOG_LEVEL", "INFO").upper())
+        library_logger.propagate = False
+
+
+def _read_inputs(request: pb_utils.InferenceRequest) -> dict[str, torch.Tensor]:
+    """Triton's tensors as torch tensors, sharing memory (CPU shared memory or device memory)."""
+    tensors = {}
+    for tensor in request.inputs():
+        try:
+            tensors[tensor.name()] = torch.utils.dlpack.from_dlpack(tensor.to_dlpack())
+        except Exception as error:
+            raise TritonOrtError(f"input {tensor.name()!r} cannot be read through DLPack: {error}") from error
+    return tensors
+
+
+def _response(result: dict[str, torch.Tensor] | Exception) -> pb_utils.InferenceResponse:
+    if isinstance(result, Exception):
+        # The library says whose error it is (triton_ort.errors.triton_code); Triton's constant carries it.
+        code = getattr(pb_utils.TritonError, triton_code(result))
+        return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(result), code))
+    # ModelInstance.infer has synchronised its stream, so raw capsules are safe to hand over unsynchronised
+    # (a capsule skips the backend's own stream synchronisation, which an object with __dlpack__ would do).
+    outputs = [
+        pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(tensor))  # type: ignore[attr-defined]
+        for name, tensor in result.items()
+    ]
+    return pb_utils.InferenceResponse(output_tensors=outputs)
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config: Any) -> Any:
+        """Inputs, outputs, dims and max_batch_size from the ONNX file (see triton_ort.autocomplete).
+
+        Runs in a stub of its own before any instance; pb_utils.get_model_dir() is the version directory
+        being loaded (python_backend's pb_stub.cc: the stub's model path is <model>/<version>/model.py)."""
+        _route_library_logging()
+        model_config = auto_complete_model_config.as_dict()
+        try:
+            completed = complete_config(model_config, Path(pb_utils.get_model_dir()))
+        except TritonOrtError as error:
+            # Not raised here: on 23.12 a failed auto-complete left the load hanging whenever another model
+            # of this backend was running (measured). initialize() reads the same file and parameters and
+            # fails the load with this same message.
+            LOGGER.warning("model %r: config.pbtxt not completed: %s", model_config.get("name"), error)
+            return auto_complete_model_config
+        auto_complete_model_config.set_max_batch_size(completed.max_batch_size)
+        for entry in completed.inputs:
+            auto_complete_model_config.add_input(entry)
+        for entry in completed.outputs:
+            auto_complete_model_config.add_output(entry)
+        if completed.dynamic_batching:
+            auto_complete_model_config.set_dynamic_batching()
+        return auto_complete_model_config
+
+    def initialize(self, args: dict[str, str]) -> None:
+        _route_library_logging()
+        model_config = json.loads(args["model_config"])
+        version_dir = Path(args["model_repository"]) / args["model_version"]
+        metrics = triton_instance_metrics(
+            pb_utils, args["model_name"], args["model_version"], args["model_instance_name"]
+        )
+        try:
+            self.instance = ModelInstance(
+                model_config,
+                version_dir,
+                instance_kind=args["model_instance_kind"],
+                device_id=int(args["model_instance_device_id"]),
+                metrics=metrics,
+            )
+        except TritonOrtError as error:
+            raise pb_utils.TritonModelException(
+                f"model {args['model_name']!r} ({args['model_instance_name']}) failed to load: {error}"
+            ) from error
+        self.count_copies = copy_counting_enabled()  # debug mode: TRITON_ORT_COUNT_COPIES=1
+
+    def execute(self, requests: list[pb_utils.InferenceRequest]) -> list[pb_utils.InferenceResponse]:
+        with count_host_device_copies(self.count_copies, self.instance.device):
+            started = time.perf_counter()
+            parsed: list[dict[str, torch.Tensor] | Exception] = []
+            for request in requests:
+                try:
+                    parsed.append(_read_inputs(request))
+                except TritonOrtError as error:
+                    parsed.append(error)
+            readable = [item for item in parsed if not isinstance(item, Exception)]
+            read = time.perf_counter()
+            results = iter(self.instance.infer(readable))
+            inferred = time.perf_counter()
+            responses = [_response(item if isinstance(item, Exception) else next(results)) for item in parsed]
+            self.instance.log_execute(
+                read_inputs=round((read - started) * 1e6, 1),
+                responses=round((time.perf_counter() - inferred) * 1e6, 1),
+            )
+            return responses
+
+    def finalize(self) -> None:
+        self.instance.close()
+        del self.instance

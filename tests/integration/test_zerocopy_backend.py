@@ -1,0 +1,204 @@
+"""Serving ONNX files with two-line configs through the Python-based backend `onnxruntime_zerocopy`, on the
+real tritonserver: auto-complete from the ONNX file, answers equal to in-process ONNX Runtime, conflicts
+reported at load, warm-up at the listed batch sizes, and Triton's own model_warmup samples.
+
+On a GPU host (KIND_GPU by default there) the same tests run the CUDA path:
+    python -m pytest -q tests/integration/test_zerocopy_backend.py
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from numpy.typing import NDArray
+from tritonclient.utils import InferenceServerException
+
+from tests import graphs
+from tests.paths import SERVER_TOLERANCE, demo_onnx
+from triton_ort.autocomplete import DEFAULT_MAX_BATCH_SIZE
+from triton_ort.backend import MODEL_PY
+from triton_ort.testing.reference import reference_outputs
+from triton_ort.testing.server import LocalTritonServer
+from triton_ort.testing.transport import infer, model_config
+
+pytestmark = pytest.mark.integration
+
+TWO_LINE = 'backend: "onnxruntime_zerocopy"\n'
+STARTUP_MODELS = ("multi_io", "demo_mbs64", "nonzero", "warmed")
+
+
+def _model(repository: Path, name: str, onnx_file: Path | None, config: str) -> Path:
+    version = repository / name / "1"
+    version.mkdir(parents=True)
+    if onnx_file is not None:
+        shutil.copy(onnx_file, version / "model.onnx")
+    (repository / name / "config.pbtxt").write_text(config)
+    return version
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("zerocopy_repository")
+    onnx = tmp_path_factory.mktemp("onnx")
+    multi_io = graphs.multi_io(onnx / "multi_io.onnx")
+    _model(root, "multi_io", multi_io, TWO_LINE)
+    _model(root, "demo_mbs64", demo_onnx(), TWO_LINE + "max_batch_size: 64\n")
+    _model(root, "nonzero", graphs.nonzero(onnx / "nonzero.onnx"), TWO_LINE)
+    _model(
+        root,
+        "warmed",
+        multi_io,
+        TWO_LINE
+        + 'max_batch_size: 8\nparameters [ { key: "warmup", value: { string_value: "2,8" } } ]\n'
+        + 'model_warmup [ { name: "zeros_batch_3", batch_size: 3, inputs [\n'
+        + '  { key: "a", value: { data_type: TYPE_FP16, dims: [ 3 ], zero_data: true } },\n'
+        + '  { key: "b", value: { data_type: TYPE_INT64, dims: [ 4 ], zero_data: true } },\n'
+        + '  { key: "c", value: { data_type: TYPE_BOOL, dims: [ 2 ], zero_data: true } } ] } ]\n',
+    )
+    # Loaded by the tests below, one at a time: each must fail with a message naming what is wrong.
+    _model(
+        root,
+        "conflict",
+        multi_io,
+        TWO_LINE + 'input [ { name: "a", data_type: TYPE_FP32, dims: [ 5 ] } ]\n',
+    )
+    _model(
+        root,
+        "bad_warmup",
+        multi_io,
+        TWO_LINE + 'parameters { key: "warmup" value { string_value: "yes" } }\n',
+    )
+    _model(root, "no_onnx", None, TWO_LINE)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repository: Path) -> Iterator[LocalTritonServer]:
+    args = ["--model-control-mode=explicit", *(f"--load-model={name}" for name in STARTUP_MODELS)]
+    with LocalTritonServer(repository, extra_args=args, log_verbose=1) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def copied_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServer]:
+    """A model's own copy of model.py, backend python, and no tensors in its config: auto-complete too.
+
+    In a server of its own: before 24.04 the python backend numbers its stubs' shared-memory regions per
+    backend (python and onnxruntime_zerocopy each from 1) under the one prefix the launcher sets
+    (--backend-config=python,shm-region-prefix-name), so one 23.12 server cannot mix the two."""
+    root = tmp_path_factory.mktemp("copied_repository")
+    version = _model(root, "copied", graphs.multi_io(root / "multi_io.onnx"), 'backend: "python"\n')
+    (version / "model.py").write_text(MODEL_PY)
+    with LocalTritonServer(root) as running:
+        yield running
+
+
+def clients(server: LocalTritonServer) -> list[Any]:
+    return [
+        httpclient.InferenceServerClient(server.http_url),
+        grpcclient.InferenceServerClient(server.grpc_url),
+    ]
+
+
+def _assert_same(got: NDArray[Any], want: NDArray[Any]) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, **SERVER_TOLERANCE)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def _check_answers(
+    server: LocalTritonServer, model: str, onnx_file: Path, inputs: dict[str, NDArray[Any]]
+) -> None:
+    want = reference_outputs(onnx_file, inputs)
+    for client in clients(server):
+        got, _ = infer(client, model, inputs, list(want))
+        for name in want:
+            _assert_same(got[name], want[name])
+
+
+def multi_io_inputs(rows: int, seed: int) -> dict[str, NDArray[Any]]:
+    rng = np.random.default_rng(seed)
+    return {
+        "a": rng.standard_normal((rows, 3)).astype(np.float16),
+        "b": rng.integers(-100, 100, (rows, 4)).astype(np.int64),
+        "c": rng.integers(0, 2, (rows, 2)).astype(bool),
+    }
+
+
+def test_one_line_config_serves_every_output(server: LocalTritonServer, repository: Path) -> None:
+    onnx_file = repository / "multi_io" / "1" / "model.onnx"
+    _check_answers(server, "multi_io", onnx_file, multi_io_inputs(DEFAULT_MAX_BATCH_SIZE, seed=1))
+
+
+def test_two_line_config_with_max_batch_size(server: LocalTritonServer, repository: Path) -> None:
+    x = np.random.default_rng(2).standard_normal((64, 2010)).astype(np.float32)
+    _check_answers(server, "demo_mbs64", demo_onnx(), {"np_script_embeddings": x})
+
+
+def test_model_without_a_batch_axis(server: LocalTritonServer, repository: Path) -> None:
+    x = np.array([[0, 1.5, 0, 2], [3, 0, 0, 0], [0, 0, 0, 0]], dtype=np.float32)
+    _check_answers(server, "nonzero", repository / "nonzero" / "1" / "model.onnx", {"x": x})
+
+
+def test_copied_model_py_is_completed_the_same_way(copied_server: LocalTritonServer) -> None:
+    onnx_file = copied_server.model_repository / "copied" / "1" / "model.onnx"
+    _check_answers(copied_server, "copied", onnx_file, multi_io_inputs(3, seed=3))
+    config = model_config(httpclient.InferenceServerClient(copied_server.http_url), "copied")
+    assert int(config["max_batch_size"]) == DEFAULT_MAX_BATCH_SIZE
+
+
+def test_completed_config_says_what_the_onnx_file_says(server: LocalTritonServer) -> None:
+    for client in clients(server):
+        config = model_config(client, "multi_io")
+        assert int(config["max_batch_size"]) == DEFAULT_MAX_BATCH_SIZE
+        assert "dynamic_batching" in config
+        tensors = [(t["name"], t["data_type"], [int(d) for d in t["dims"]]) for t in config["input"]]
+        assert tensors == [("a", "TYPE_FP16", [3]), ("b", "TYPE_INT64", [4]), ("c", "TYPE_BOOL", [2])]
+        assert [t["name"] for t in config["output"]] == ["a_twice", "b_sum", "c_not"]
+        nonzero = model_config(client, "nonzero")
+        assert int(nonzero.get("max_batch_size", 0)) == 0 and "dynamic_batching" not in nonzero
+        assert [[int(d) for d in t["dims"]] for t in nonzero["output"]] == [[2, -1]]
+
+
+def test_batch_above_the_default_is_refused_by_triton(server: LocalTritonServer) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    with pytest.raises(InferenceServerException, match=rf"batch[- ]size must be <= {DEFAULT_MAX_BATCH_SIZE}"):
+        infer(client, "multi_io", multi_io_inputs(DEFAULT_MAX_BATCH_SIZE + 1, seed=4), ["a_twice"])
+
+
+def test_warmup_runs_our_batch_sizes_and_tritons_samples_before_ready(server: LocalTritonServer) -> None:
+    log = server.log()
+    assert "warm-up run at batch size 2 took" in log
+    assert "warm-up run at batch size 8 took" in log
+    # Triton runs model_warmup samples through execute(); a failing one would have failed the load.
+    assert "is running warmup sample 'zeros_batch_3'" in log
+    assert "failed to run warmup sample" not in log
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("conflict", ["input 'a': config says FP32, the ONNX file says FP16", "axis 1 is 5 in config.pbtxt"]),
+        ("bad_warmup", ["parameter 'warmup': 'yes' is not valid", "such as 1,8,64"]),
+        ("no_onnx", ["model.onnx does not exist", "parameter onnx_file"]),
+    ],
+)
+def test_bad_models_fail_their_load_with_the_reason(
+    server: LocalTritonServer, model: str, expected: list[str]
+) -> None:
+    # A load starts an auto-complete stub and an instance stub: slow on a busy machine.
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=300.0)
+    with pytest.raises(InferenceServerException) as caught:
+        client.load_model(model)
+    for part in expected:
+        assert part in str(caught.value)
+    assert client.is_model_ready("multi_io")  # the other models go on serving

@@ -1,0 +1,175 @@
+"""triton_ort.autocomplete on ONNX files built here: what Triton's auto-complete receives, without Triton."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from tests import graphs
+from triton_ort import ConfigError
+from triton_ort.autocomplete import DEFAULT_MAX_BATCH_SIZE, complete_config, read_onnx_signature
+from triton_ort.signature import check_config
+
+v = helper.make_tensor_value_info
+
+
+def config(**fields: Any) -> dict[str, Any]:
+    """A config as Triton hands a two-line config.pbtxt to auto_complete_config (empty lists, zeros)."""
+    base: dict[str, Any] = {"name": "m", "backend": "onnxruntime_zerocopy", "max_batch_size": 0}
+    base.update({"input": [], "output": [], "parameters": {}}, **fields)
+    return base
+
+
+@pytest.fixture
+def multi_io(tmp_path: Path) -> Path:
+    graphs.multi_io(tmp_path / "model.onnx")
+    return tmp_path
+
+
+def fixed_shape(path: Path) -> Path:
+    """x float[1,3] -> y = x + x: no open first axis, so no batching."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "x"], ["y"])],
+        "fixed",
+        [v("x", TensorProto.FLOAT, [1, 3])],
+        [v("y", TensorProto.FLOAT, [1, 3])],
+    )
+    return graphs._save(graph, path)
+
+
+def test_two_line_config_gets_every_tensor_and_the_default_batch(multi_io: Path) -> None:
+    completed = complete_config(config(), multi_io)
+    assert completed.max_batch_size == DEFAULT_MAX_BATCH_SIZE
+    assert completed.dynamic_batching
+    assert completed.inputs == (
+        {"name": "a", "data_type": "TYPE_FP16", "dims": [3]},
+        {"name": "b", "data_type": "TYPE_INT64", "dims": [4]},
+        {"name": "c", "data_type": "TYPE_BOOL", "dims": [2]},
+    )
+    assert completed.outputs == (
+        {"name": "a_twice", "data_type": "TYPE_FP16", "dims": [3]},
+        {"name": "b_sum", "data_type": "TYPE_INT64", "dims": [1]},
+        {"name": "c_not", "data_type": "TYPE_BOOL", "dims": [2]},
+    )
+
+
+def test_configured_max_batch_size_is_kept_and_scheduler_left_alone(multi_io: Path) -> None:
+    completed = complete_config(config(max_batch_size=64, dynamic_batching={}), multi_io)
+    assert completed.max_batch_size == 64
+    assert not completed.dynamic_batching  # already there: set_dynamic_batching need not be called
+    sequence = complete_config(config(max_batch_size=64, sequence_batching={}), multi_io)
+    assert not sequence.dynamic_batching  # pb_utils refuses dynamic batching beside a sequence batcher
+
+
+def test_max_batch_size_one_gets_no_dynamic_batcher(multi_io: Path) -> None:
+    assert not complete_config(config(max_batch_size=1), multi_io).dynamic_batching
+
+
+def test_fixed_first_axis_means_no_batching(tmp_path: Path) -> None:
+    fixed_shape(tmp_path / "model.onnx")
+    completed = complete_config(config(), tmp_path)
+    assert completed.max_batch_size == 0 and not completed.dynamic_batching
+    assert completed.inputs == ({"name": "x", "data_type": "TYPE_FP32", "dims": [1, 3]},)
+
+
+def test_configured_max_batch_size_is_kept_even_on_a_fixed_first_axis(tmp_path: Path) -> None:
+    fixed_shape(tmp_path / "model.onnx")  # check_config reports it at load: see test_signature.py
+    assert complete_config(config(max_batch_size=8), tmp_path).max_batch_size == 8
+
+
+def test_one_fixed_output_axis_means_no_batching_and_open_axes_are_minus_one(tmp_path: Path) -> None:
+    graphs.nonzero(tmp_path / "model.onnx")  # x[batch,4] -> indices[2,?]
+    completed = complete_config(config(), tmp_path)
+    assert completed.max_batch_size == 0
+    assert completed.inputs == ({"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 4]},)
+    assert completed.outputs == ({"name": "indices", "data_type": "TYPE_INT64", "dims": [2, -1]},)
+
+
+def test_full_rank_dims_in_the_config_keep_max_batch_size_zero(multi_io: Path) -> None:
+    """A config written for max_batch_size 0 (dims with the batch axis) is not turned into a batched one."""
+    whole = config(input=[{"name": "a", "data_type": "TYPE_FP16", "dims": [-1, 3]}])
+    completed = complete_config(whole, multi_io)
+    assert completed.max_batch_size == 0
+    assert completed.inputs[0] == {"name": "a", "data_type": "TYPE_FP16", "dims": [-1, 3]}
+    assert completed.inputs[1] == {"name": "b", "data_type": "TYPE_INT64", "dims": [-1, 4]}
+
+
+def test_name_only_entries_are_filled_and_listed_outputs_are_the_ones_served(multi_io: Path) -> None:
+    partial = config(
+        input=[{"name": "b", "data_type": "TYPE_INVALID", "dims": []}],
+        output=[{"name": "c_not", "data_type": "TYPE_INVALID", "dims": []}],
+    )
+    completed = complete_config(partial, multi_io)
+    assert [entry["name"] for entry in completed.inputs] == ["a", "b", "c"]
+    assert completed.outputs == ({"name": "c_not", "data_type": "TYPE_BOOL", "dims": [2]},)
+
+
+def test_configured_entries_are_kept_for_the_load_time_check_to_report(multi_io: Path) -> None:
+    """Auto-complete never fails on a conflict (see the module's docstring); ModelInstance's check does."""
+    stated = {"name": "a", "data_type": "TYPE_FP32", "dims": [5]}
+    wrong = config(max_batch_size=8, input=[stated])
+    completed = complete_config(wrong, multi_io)
+    assert completed.inputs[0] == stated
+    merged = {**wrong, "input": list(completed.inputs), "output": list(completed.outputs)}
+    inputs, outputs = read_onnx_signature(multi_io / "model.onnx")
+    with pytest.raises(ConfigError) as caught:
+        check_config(merged, inputs, outputs)
+    assert "input 'a': config says FP32, the ONNX file says FP16" in str(caught.value)
+    assert "input 'a': axis 1 is 5 in config.pbtxt but 3 in the ONNX file" in str(caught.value)
+
+
+def test_onnx_file_parameter_is_honoured_and_a_missing_file_named(multi_io: Path) -> None:
+    (multi_io / "model.onnx").rename(multi_io / "other.onnx")
+    named = config(parameters={"onnx_file": {"string_value": "other.onnx"}})
+    assert complete_config(named, multi_io).max_batch_size == DEFAULT_MAX_BATCH_SIZE
+    with pytest.raises(ConfigError, match=r"model\.onnx' does not exist \(parameter onnx_file"):
+        complete_config(config(), multi_io)
+
+
+def test_bad_parameters_fail_auto_complete_already(multi_io: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown parameter 'onnx_fle'"):
+        complete_config(config(parameters={"onnx_fle": {"string_value": "x.onnx"}}), multi_io)
+
+
+def test_weights_listed_as_graph_inputs_are_not_request_inputs(tmp_path: Path) -> None:
+    """Exporters for IR < 4 list initializers among the graph inputs."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "bias"], ["y"])],
+        "old_style",
+        [v("x", TensorProto.FLOAT, ["n", 2]), v("bias", TensorProto.FLOAT, [2])],
+        [v("y", TensorProto.FLOAT, ["n", 2])],
+        initializer=[helper.make_tensor("bias", TensorProto.FLOAT, [2], [1.0, 2.0])],
+    )
+    inputs, _ = read_onnx_signature(graphs._save(graph, tmp_path / "model.onnx"))
+    assert [spec.name for spec in inputs] == ["x"]
+
+
+def test_string_and_unreadable_files_are_refused_with_the_reason(tmp_path: Path) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["s"], ["t"])],
+        "strings",
+        [v("s", TensorProto.STRING, ["n"])],
+        [v("t", TensorProto.STRING, ["n"])],
+    )
+    with pytest.raises(ConfigError, match="ONNX input 's' is a string tensor"):
+        read_onnx_signature(graphs._save(graph, tmp_path / "model.onnx"))
+    (tmp_path / "broken.onnx").write_bytes(b"not a protobuf at all")
+    with pytest.raises(ConfigError, match="is not a readable ONNX file"):
+        read_onnx_signature(tmp_path / "broken.onnx")
+
+
+def test_tensor_without_shape_asks_for_dims(tmp_path: Path) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "no_shape",
+        [v("x", TensorProto.FLOAT, None)],
+        [v("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=graphs.OPSET)
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    with pytest.raises(ConfigError, match="'x' has no shape in the graph"):
+        read_onnx_signature(tmp_path / "model.onnx")
