@@ -11,7 +11,7 @@
 #                                                     backend falls back to slower per-buffer CUDA IPC
 #                                                     (Triton's default is 64 MiB).
 #   TRITON_PINNED_MEMORY_POOL_BYTES  268435456        pinned host memory for host<->device copies
-#   TRITON_PYTHON_SHM_PREFIX         triton_ort_      python-backend shm region prefix: unique per server
+#   TRITON_PYTHON_SHM_PREFIX         (unset)          python-backend shm region prefix: only where servers share /dev/shm
 #                                                     when servers share /dev/shm (--ipc=host)
 #   TRITON_PYTHON_SHM_DEFAULT_BYTES  16777216         shm region each model instance starts with
 #   TRITON_PYTHON_SHM_GROWTH_BYTES   16777216         and grows by (python backend's default is 1 MiB)
@@ -31,7 +31,7 @@ export LD_LIBRARY_PATH
 model_repository=${TRITON_MODEL_REPOSITORY:-/models}
 cuda_pool=${TRITON_CUDA_MEMORY_POOL_BYTES:-268435456}
 pinned_pool=${TRITON_PINNED_MEMORY_POOL_BYTES:-268435456}
-shm_prefix=${TRITON_PYTHON_SHM_PREFIX:-triton_ort_}
+shm_prefix=${TRITON_PYTHON_SHM_PREFIX:-}
 shm_default=${TRITON_PYTHON_SHM_DEFAULT_BYTES:-16777216}
 shm_growth=${TRITON_PYTHON_SHM_GROWTH_BYTES:-16777216}
 stub_timeout=${TRITON_PYTHON_STUB_TIMEOUT_S:-120}
@@ -55,7 +55,6 @@ args=(
     --http-port=8000
     --grpc-port=8001
     --metrics-port=8002
-    --backend-config=python,shm-region-prefix-name="$shm_prefix"
     --backend-config=python,shm-default-byte-size="$shm_default"
     --backend-config=python,shm-growth-byte-size="$shm_growth"
     --backend-config=python,stub-timeout-seconds="$stub_timeout"
@@ -65,6 +64,15 @@ args=(
     --http-restricted-api="logging,trace:triton-ort-admin=$admin_key"
     --grpc-restricted-protocol="logging,trace:triton-ort-admin=$admin_key"
 )
+
+# The container's /dev/shm is its own, so Triton's default region names (triton_<backend>_backend_shm_region_N,
+# per backend) collide with no other server. An explicit prefix is shared by every python-based backend:
+# on 23.12 the stubs of `python` and `onnxruntime_zerocopy` models then open the same regions and die
+# (boost::interprocess::lock_exception). Set TRITON_PYTHON_SHM_PREFIX only for a /dev/shm shared between
+# servers (--ipc=host) whose repository uses one of the two backends.
+if [[ -n "$shm_prefix" ]]; then
+    args+=(--backend-config=python,shm-region-prefix-name="$shm_prefix")
+fi
 
 # The GPUs this container was given (device nodes /dev/nvidia0, /dev/nvidia1, ...; CUDA numbers them
 # from 0 in the container). None on a CPU-only host: then no CUDA pools, and KIND_AUTO instances

@@ -178,7 +178,6 @@ def entrypoint_problems(text: str) -> list[str]:
             )
     for needed in (
         "--cuda-memory-pool-byte-size",
-        "shm-region-prefix-name",
         "--exit-timeout-secs",
         "exec tritonserver",
     ):

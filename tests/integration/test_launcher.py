@@ -302,6 +302,7 @@ def test_normal_stop_leaves_no_folder_and_no_shared_memory(
         assert server.process is not None
         processes = [psutil.Process(server.process.pid), *psutil.Process(server.process.pid).children()]
         ports = (server.http_port, server.grpc_port, server.metrics_port)
+        assert server.shm_prefix is not None  # one backend only: the server has a prefix of its own
         assert sorted(SHM_DIR.glob(f"{server.shm_prefix}*")) != []
     assert "Started HTTPService" in server.log()  # the log stays readable after the stop
     assert_all_gone(processes, ports, server.shm_prefix, tmp_path / "tmp")

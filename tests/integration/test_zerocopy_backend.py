@@ -88,14 +88,14 @@ def server(repository: Path) -> Iterator[LocalTritonServer]:
 
 @pytest.fixture(scope="module")
 def copied_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServer]:
-    """A model's own copy of model.py, backend python, and no tensors in its config: auto-complete too.
-
-    In a server of its own: before 24.04 the python backend numbers its stubs' shared-memory regions per
-    backend (python and onnxruntime_zerocopy each from 1) under the one prefix the launcher sets
-    (--backend-config=python,shm-region-prefix-name), so one 23.12 server cannot mix the two."""
+    """A model's own copy of model.py, backend python, and no tensors in its config (auto-complete too),
+    beside a two-line model of our backend: before 24.04 the two backends' stubs collide under one
+    explicit shared-memory prefix, so the launcher leaves Triton's default, per-backend names
+    (triton_ort.testing.server.own_shm_prefix_is_safe)."""
     root = tmp_path_factory.mktemp("copied_repository")
     version = _model(root, "copied", graphs.multi_io(root / "multi_io.onnx"), 'backend: "python"\n')
     (version / "model.py").write_text(MODEL_PY)
+    _model(root, "two_line", demo_onnx(), TWO_LINE + "max_batch_size: 8\n")
     with LocalTritonServer(root) as running:
         yield running
 
@@ -154,6 +154,14 @@ def test_copied_model_py_is_completed_the_same_way(copied_server: LocalTritonSer
     _check_answers(copied_server, "copied", onnx_file, multi_io_inputs(3, seed=3))
     config = model_config(httpclient.InferenceServerClient(copied_server.http_url), "copied")
     assert int(config["max_batch_size"]) == DEFAULT_MAX_BATCH_SIZE
+
+
+def test_python_and_zero_copy_models_share_one_server(copied_server: LocalTritonServer) -> None:
+    assert copied_server.shm_prefix is None  # Triton's per-backend region names (see the fixture)
+    x = np.random.default_rng(4).standard_normal((5, 2010)).astype(np.float32)
+    _check_answers(copied_server, "two_line", demo_onnx(), {"np_script_embeddings": x})
+    onnx_file = copied_server.model_repository / "copied" / "1" / "model.onnx"
+    _check_answers(copied_server, "copied", onnx_file, multi_io_inputs(2, seed=5))
 
 
 def test_completed_config_says_what_the_onnx_file_says(server: LocalTritonServer) -> None:

@@ -203,6 +203,31 @@ def check_model(model_dir: Path) -> list[str]:
     return problems
 
 
+def python_backends_in(repository: Path) -> set[str]:
+    """Which of the python backend's family ('python', ours) the repository's model configs name."""
+    found = set()
+    for config_path in repository.glob("*/config.pbtxt"):
+        try:
+            config = text_format.Parse(config_path.read_text(), model_config_pb2.ModelConfig())
+        except (text_format.ParseError, DecodeError, UnicodeDecodeError):
+            continue  # check_model reports it
+        if config.backend in ("python", ZERO_COPY_BACKEND):
+            found.add(config.backend)
+    return found
+
+
+def own_shm_prefix_is_safe(repository: Path) -> bool:
+    """Whether this server may give the python backend a shared-memory prefix of its own.
+
+    Triton 23.12 (up to 24.03) names a stub's region <prefix><n>, numbering from 1 per backend; the default
+    prefix carries the backend's name (triton_<backend>_backend_shm_region_), but an explicit
+    shm-region-prefix-name, which Triton passes to every python-based backend, does not. So `python` and
+    `onnxruntime_zerocopy` models in one server then open the same regions, and the stubs die with
+    boost::interprocess::lock_exception (measured on 2.41). From 24.04 the regions have unique names. The
+    whole repository counts, loaded at start or not: explicit model control may load any folder later."""
+    return not {"python", ZERO_COPY_BACKEND} <= python_backends_in(repository)
+
+
 def check_repository(repository: Path, models: Sequence[str] | None = None) -> None:
     """Raise ServerStartError listing every model folder that Triton could not load for a missing or
     unreadable file; `models`: only these folders (default: all)."""
@@ -304,8 +329,10 @@ class LocalTritonServer:
     _workdir: Path | None = field(default=None, init=False)
     _log_path: Path | None = field(default=None, init=False)
     _final_log: str | None = field(default=None, init=False, repr=False)
-    shm_prefix: str = field(default_factory=lambda: f"triton_ort_{uuid.uuid4().hex[:8]}_", init=False)
-    """The python backend's shared-memory regions are /dev/shm/<shm_prefix>*; removed at stop."""
+    shm_prefix: str | None = field(default_factory=lambda: f"triton_ort_{uuid.uuid4().hex[:8]}_", init=False)
+    """The python backend's shared-memory regions are /dev/shm/<shm_prefix>*, removed at stop; None where the
+    repository mixes `python` and `onnxruntime_zerocopy` models (own_shm_prefix_is_safe): Triton's default
+    names then, which a graceful stop removes and a next server reuses."""
     admin_key: str = field(default_factory=lambda: secrets.token_hex(16), init=False, repr=False)
     """Value of ADMIN_HEADER that the logging and trace APIs require (random per server)."""
 
@@ -367,9 +394,6 @@ class LocalTritonServer:
             f"--metrics-port={self.metrics_port}",
             "--http-address=127.0.0.1",
             "--grpc-address=127.0.0.1",
-            # A unique shared-memory prefix lets several servers (tests, benchmarks) run side by side, and
-            # names exactly the regions this server's stop removes (python_backend: shm-region-prefix-name).
-            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             f"--log-verbose={self.log_verbose}",
             f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
             # Triton 23.12 lets any client that reaches a port point the server's log and trace files at
@@ -377,6 +401,10 @@ class LocalTritonServer:
             f"--http-restricted-api=logging,trace:{ADMIN_HEADER}={self.admin_key}",
             f"--grpc-restricted-protocol=logging,trace:{ADMIN_HEADER}={self.admin_key}",
         ]
+        if self.shm_prefix is not None:
+            # A unique shared-memory prefix lets several servers (tests, benchmarks) run side by side, and
+            # names exactly the regions this server's stop removes (python_backend: shm-region-prefix-name).
+            args.append(f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}")
         if gpu_present():
             # GPU tensors travel between server and stub through this pool; below the tensors' size the
             # python backend falls back to slower per-buffer CUDA IPC.
@@ -406,6 +434,8 @@ class LocalTritonServer:
         """Check the repository and ports, start tritonserver and wait until it is ready. Ports left at 0
         are picked free; if another process takes one first, the start is retried on fresh ports."""
         check_repository(self.model_repository, models_loaded_at_start(self.extra_args))
+        if not own_shm_prefix_is_safe(self.model_repository):
+            self.shm_prefix = None
         requested = (self.http_port, self.grpc_port, self.metrics_port)
         for attempt in range(3):
             self.http_port, self.grpc_port, self.metrics_port = (p or free_port() for p in requested)
@@ -524,8 +554,9 @@ class LocalTritonServer:
         return self.process.returncode if self.process is not None else None
 
     def _clean_up(self) -> None:
-        for region in SHM_DIR.glob(f"{self.shm_prefix}*"):
-            region.unlink(missing_ok=True)
+        if self.shm_prefix is not None:
+            for region in SHM_DIR.glob(f"{self.shm_prefix}*"):
+                region.unlink(missing_ok=True)
         if self._workdir is None:
             return
         self._final_log = self.log()
