@@ -15,6 +15,7 @@ from triton_ort.testing.server import (
     check_repository,
     load_errors,
     models_loaded_at_start,
+    own_shm_prefix_is_safe,
 )
 
 
@@ -95,6 +96,23 @@ def test_the_repository_check_lists_every_problem(tmp_path: Path) -> None:
     with pytest.raises(ServerStartError, match="does not exist"):
         check_repository(tmp_path, ["other"])
     check_repository(tmp_path, [])  # explicit model control, nothing loaded at start
+
+
+def test_a_model_is_looked_up_in_every_repository_of_the_server(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    model_folder(first, "python", ("model.py", "model.onnx"))
+    second.mkdir()
+    check_repository([second, first], ["m"])  # found in the second repository given
+    with pytest.raises(ServerStartError, match=r"second/other or .*first/other does not exist"):
+        check_repository([second, first], ["other"])
+
+
+def test_a_repository_mixing_python_and_our_backend_gets_no_prefix_of_its_own(tmp_path: Path) -> None:
+    python_only, ours = tmp_path / "python_only", tmp_path / "ours"
+    model_folder(python_only, "python", ("model.py", "model.onnx"))
+    model_folder(ours, ZERO_COPY_BACKEND, ("model.onnx",))
+    assert own_shm_prefix_is_safe([python_only]) and own_shm_prefix_is_safe([ours])
+    assert not own_shm_prefix_is_safe([python_only, ours])
 
 
 @pytest.mark.parametrize(

@@ -216,7 +216,7 @@ def python_backends_in(repository: Path) -> set[str]:
     return found
 
 
-def own_shm_prefix_is_safe(repository: Path) -> bool:
+def own_shm_prefix_is_safe(repositories: Sequence[Path]) -> bool:
     """Whether this server may give the python backend a shared-memory prefix of its own.
 
     Triton 23.12 (up to 24.03) names a stub's region <prefix><n>, numbering from 1 per backend; the default
@@ -225,20 +225,26 @@ def own_shm_prefix_is_safe(repository: Path) -> bool:
     `onnxruntime_zerocopy` models in one server then open the same regions, and the stubs die with
     boost::interprocess::lock_exception (measured on 2.41). From 24.04 the regions have unique names. The
     whole repository counts, loaded at start or not: explicit model control may load any folder later."""
-    return not {"python", ZERO_COPY_BACKEND} <= python_backends_in(repository)
+    backends = set().union(*(python_backends_in(root) for root in repositories))
+    return not {"python", ZERO_COPY_BACKEND} <= backends
 
 
-def check_repository(repository: Path, models: Sequence[str] | None = None) -> None:
+def check_repository(repository: Path | Sequence[Path], models: Sequence[str] | None = None) -> None:
     """Raise ServerStartError listing every model folder that Triton could not load for a missing or
-    unreadable file; `models`: only these folders (default: all)."""
-    if not repository.is_dir():
-        raise ServerStartError(f"model repository {repository} is not a directory")
-    names = models if models is not None else sorted(p.name for p in repository.iterdir() if p.is_dir())
+    unreadable file. `repository`: one, or every --model-repository of the server (a named model is looked
+    up in each, as Triton does); `models`: only these folders (default: all)."""
+    repositories = [repository] if isinstance(repository, Path) else list(repository)
+    for root in repositories:
+        if not root.is_dir():
+            raise ServerStartError(f"model repository {root} is not a directory")
+    folders = {p.name: p for root in reversed(repositories) for p in root.iterdir() if p.is_dir()}
+    names = models if models is not None else sorted(folders)
     problems = []
     for name in names:
-        model_dir = repository / name
-        if not model_dir.is_dir():
-            problems.append(f"model '{name}': {model_dir} does not exist (named by --load-model)")
+        model_dir = folders.get(name)
+        if model_dir is None:
+            where = " or ".join(str(root / name) for root in repositories)
+            problems.append(f"model '{name}': {where} does not exist (named by --load-model)")
         else:
             problems.extend(check_model(model_dir))
     if problems:
@@ -433,8 +439,12 @@ class LocalTritonServer:
     def start(self) -> LocalTritonServer:
         """Check the repository and ports, start tritonserver and wait until it is ready. Ports left at 0
         are picked free; if another process takes one first, the start is retried on fresh ports."""
-        check_repository(self.model_repository, models_loaded_at_start(self.extra_args))
-        if not own_shm_prefix_is_safe(self.model_repository):
+        repositories = [
+            self.model_repository,
+            *(Path(extra) for extra in _option_values(self.extra_args, "--model-repository")),
+        ]
+        check_repository(repositories, models_loaded_at_start(self.extra_args))
+        if not own_shm_prefix_is_safe(repositories):
             self.shm_prefix = None
         requested = (self.http_port, self.grpc_port, self.metrics_port)
         for attempt in range(3):
