@@ -163,6 +163,15 @@ def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> Compl
     returned unchanged (pb_utils.ModelConfig refuses to change them); conflicts with the file are for
     signature.check_config."""
     options = parse_options(parameters_from_model_config(model_config))
+    if options.hooks:
+        # With hooks the config describes what clients send and receive, which hooks may rename, cast and
+        # reshape: the ONNX file cannot tell it. The config is served as written.
+        return CompletedConfig(
+            max_batch_size=int(model_config.get("max_batch_size", 0)),
+            inputs=(),
+            outputs=(),
+            dynamic_batching=False,
+        )
     inputs, outputs = read_onnx_signature(version_dir / options.onnx_file)
     max_batch_size = _max_batch_size(model_config, inputs, outputs)
 

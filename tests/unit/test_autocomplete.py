@@ -65,6 +65,18 @@ def test_configured_max_batch_size_is_kept_and_scheduler_left_alone(multi_io: Pa
     assert not sequence.dynamic_batching  # pb_utils refuses dynamic batching beside a sequence batcher
 
 
+def test_a_config_with_hooks_is_served_as_written(multi_io: Path) -> None:
+    """Hooks may rename, cast and reshape: the config's tensors are the clients', not the ONNX file's."""
+    hooked = config(
+        max_batch_size=8,
+        input=[{"name": "raw", "data_type": "TYPE_UINT8", "dims": [3]}],
+        parameters={"hooks": {"string_value": "hooks.py"}},
+    )
+    completed = complete_config(hooked, multi_io)
+    assert completed.inputs == () and completed.outputs == ()
+    assert completed.max_batch_size == 8 and not completed.dynamic_batching
+
+
 def test_max_batch_size_one_gets_no_dynamic_batcher(multi_io: Path) -> None:
     assert not complete_config(config(max_batch_size=1), multi_io).dynamic_batching
 

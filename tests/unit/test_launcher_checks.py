@@ -18,6 +18,8 @@ from triton_ort.testing.server import (
     own_shm_prefix_is_safe,
 )
 
+OUR_MODEL_PY = "from triton_ort.backend.model import TritonPythonModel\n"
+
 
 def model_folder(
     repository: Path,
@@ -32,8 +34,8 @@ def model_folder(
     (folder / "config.pbtxt").write_text(text_format.MessageToString(message))
     for version in versions:
         (folder / version).mkdir()
-        for name in files:
-            (folder / version / name).write_bytes(b"")
+        for name in files:  # a model.py is ours (the ONNX check applies to models that run our adapter)
+            (folder / version / name).write_text(OUR_MODEL_PY if name == "model.py" else "")
     return folder
 
 
@@ -96,6 +98,15 @@ def test_the_repository_check_lists_every_problem(tmp_path: Path) -> None:
     with pytest.raises(ServerStartError, match="does not exist"):
         check_repository(tmp_path, ["other"])
     check_repository(tmp_path, [])  # explicit model control, nothing loaded at start
+
+
+def test_a_python_model_that_is_not_ours_needs_no_onnx_file(tmp_path: Path) -> None:
+    folder = model_folder(tmp_path, "python", ("model.py",))
+    (folder / "1" / "model.py").write_text("class TritonPythonModel:\n    pass\n")
+    assert check_model(folder) == []
+    (folder / "1" / "model.py").write_text(OUR_MODEL_PY)
+    (problem,) = check_model(folder)
+    assert "ONNX file" in problem and str(folder / "1" / "model.onnx") in problem
 
 
 def test_a_model_is_looked_up_in_every_repository_of_the_server(tmp_path: Path) -> None:

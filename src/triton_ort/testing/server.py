@@ -194,6 +194,9 @@ def check_model(model_dir: Path) -> list[str]:
                     f"model '{model_dir.name}': {model_py} is missing (backend \"python\" runs the "
                     f'model.py of the version folder; backend "{ZERO_COPY_BACKEND}" needs none)'
                 )
+                continue
+            if "triton_ort" not in model_py.read_text(errors="replace"):
+                continue  # another python model (pre-processing, BLS): no ONNX file of ours to look for
         onnx_path = version / onnx_file
         if not onnx_path.is_file():
             problems.append(
