@@ -25,12 +25,19 @@ def _server(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     if not args.local:
         yield args.http_url, args.grpc_url
         return
-    from triton_ort.testing.server import LocalTritonServer
+    from triton_ort.testing.server import LocalTritonServer, ServerStartError
 
     print(f"starting the local tritonserver on {args.model_repository} ...", flush=True)
-    with LocalTritonServer(args.model_repository) as server:
+    server = LocalTritonServer(args.model_repository)
+    try:
+        server.start()
+    except ServerStartError as error:
+        sys.exit(str(error))  # the failing model's own error first, then the kept log's path
+    try:
         print(f"ready: HTTP {server.http_url}, gRPC {server.grpc_url}", flush=True)
         yield server.http_url, server.grpc_url
+    finally:
+        server.stop()
     print("tritonserver stopped", flush=True)
 
 

@@ -116,16 +116,15 @@ class _InferenceResponse:
 
 @pytest.fixture()
 def demo_adapter(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
-    """model_repository/demo/1/model.py imported against a stub of triton_python_backend_utils."""
+    """The adapter that model_repository/demo/1/model.py (and the onnxruntime_zerocopy backend) re-exports,
+    imported afresh against a stub of triton_python_backend_utils."""
     stub = types.ModuleType("triton_python_backend_utils")
     stub.TritonError = _TritonError  # type: ignore[attr-defined]
     stub.InferenceResponse = _InferenceResponse  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", stub)
-    spec = importlib.util.spec_from_file_location("demo_model_py", DEMO_MODEL_PY)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    assert "triton_ort.backend.model" in DEMO_MODEL_PY.read_text()  # the demo's file is this adapter
+    monkeypatch.delitem(sys.modules, "triton_ort.backend.model", raising=False)
+    return importlib.import_module("triton_ort.backend.model")
 
 
 @pytest.mark.parametrize(
