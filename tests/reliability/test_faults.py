@@ -163,7 +163,7 @@ def test_killed_stub_fails_clearly_and_is_restarted_where_the_release_does(demo_
             log = server.log()
             segfault = crashed == -signal.SIGSEGV or "Signal (11) received" in log
             # The same defect, other face: the parent aborts on a shared-memory mutex the killed stub held
-            # (seen once in 5 runs here after the model began sending custom metrics, one more IPC per second).
+            # (seen once in 5 runs here since the model sends custom metrics: one more IPC per second).
             lock_abort = crashed == -signal.SIGABRT and "boost::interprocess::lock_exception" in log
             if crashed is not None and (segfault or lock_abort) and release.restarts_killed_stub:
                 # Upstream defect of tritonserver 2.41's python backend, about 1 run in 3 here; nothing in
