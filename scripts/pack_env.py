@@ -43,6 +43,9 @@ import venv_pack
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "docker" / "checks"))
+from common import canonical, requirement_lines  # noqa: E402
+
 STACKS = ("cpu", "cuda")
 # Pins taken from requirements-dev.txt: the library's own dependencies that the stack files leave out.
 LIBRARY_PINS = ("numpy", "onnx")
@@ -73,28 +76,34 @@ def probe(python: str) -> Interpreter:
     return Interpreter(executable, (version[0], version[1]), base_prefix)
 
 
-def library_pins(requirements_dev: Path) -> list[str]:
-    """`numpy==...` and `onnx==...` as requirements-dev.txt pins them (one place for the versions)."""
+def requirement_names(path: Path) -> set[str]:
+    return {
+        canonical(Requirement(line.requirement).name) for line in requirement_lines(path) if line.requirement
+    }
+
+
+def library_pins(requirements: Path) -> list[str]:
+    """requirements-dev.txt's pins of the library's own dependencies that `requirements` leaves out
+    (the stack files pin torch and ORT only; docker/requirements-gpu.txt pins everything)."""
+    named = requirement_names(requirements)
     pins = {}
-    for line in requirements_dev.read_text().splitlines():
-        text = line.split("#", 1)[0].strip()
-        if text and not text.startswith("-"):
-            requirement = Requirement(text)
-            if requirement.name in LIBRARY_PINS:
-                pins[requirement.name] = str(requirement)
+    for line in requirement_lines(ROOT / "requirements-dev.txt"):
+        if line.requirement and canonical(Requirement(line.requirement).name) in LIBRARY_PINS:
+            pins[canonical(Requirement(line.requirement).name)] = line.requirement
     missing = sorted(set(LIBRARY_PINS) - set(pins))
     if missing:
-        raise SystemExit(f"pack_env: {requirements_dev} pins none of {missing}")
-    return [pins[name] for name in LIBRARY_PINS]
+        raise SystemExit(f"pack_env: requirements-dev.txt pins none of {missing}")
+    return [pins[name] for name in LIBRARY_PINS if name not in named]
 
 
-def build_venv(interpreter: Interpreter, venv: Path, stack: str, pip_args: list[str]) -> None:
+def build_venv(interpreter: Interpreter, venv: Path, requirements: Path, pip_args: list[str]) -> None:
     """A venv of `interpreter` without pip, filled by this Python's pip (`pip --python`, pip >= 22.3)."""
     subprocess.run([interpreter.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    command = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet"]
-    command += ["-r", str(ROOT / f"requirements-{stack}.txt"), *library_pins(ROOT / "requirements-dev.txt")]
-    # The library itself, built as a wheel (an editable install would point outside the archive), from a
-    # copy: setuptools builds in the source tree and would leave build/ in the checkout.
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet"]
+    subprocess.run([*pip, "-r", str(requirements), *library_pins(requirements), *pip_args], check=True)
+    # Then the library itself, built as a wheel (an editable install would point outside the archive),
+    # apart: a hash-locked file puts pip in hash-checking mode, which a source folder cannot satisfy. From
+    # a copy: setuptools builds in the source tree and would leave build/ in the checkout.
     source = venv.parent / "source"
     source.mkdir()
     for name in PROJECT_FILES:
@@ -104,8 +113,9 @@ def build_venv(interpreter: Interpreter, venv: Path, stack: str, pip_args: list[
             )
         else:
             shutil.copy(ROOT / name, source / name)
-    command += [str(source), *pip_args]
-    subprocess.run(command, check=True)
+    subprocess.run([*pip, "--no-deps", str(source), *pip_args], check=True)
+    # Every dependency of the library and the stack is there, in versions that satisfy each other.
+    subprocess.run([*pip[:-2], "check"], check=True, stdout=subprocess.DEVNULL)
 
 
 def link_to_target_interpreter(venv: Path, interpreter: Interpreter, target_prefix: str) -> None:
@@ -123,39 +133,32 @@ def link_to_target_interpreter(venv: Path, interpreter: Interpreter, target_pref
     config.write_text("\n".join(lines) + "\n")
 
 
-def pack(
-    stack: str,
-    python: str,
-    out: Path,
-    target_prefix: str | None,
-    expect_python: str | None,
-    pip_args: list[str],
-    compress_level: int,
-) -> dict[str, object]:
-    interpreter = probe(python)
-    if expect_python is not None and interpreter.minor != expect_python:
+def pack(args: argparse.Namespace) -> dict[str, object]:
+    interpreter = probe(args.python)
+    if args.expect_python is not None and interpreter.minor != args.expect_python:
         raise SystemExit(
-            f"pack_env: --python {python} is Python {interpreter.minor}, but the stub embeds Python "
-            f"{expect_python} (--expect-python); the venv's minor version must be the stub's"
+            f"pack_env: --python {args.python} is Python {interpreter.minor}, but the stub embeds Python "
+            f"{args.expect_python} (--expect-python); the venv's minor version must be the stub's"
         )
-    prefix = target_prefix or interpreter.base_prefix
-    out = out.resolve()
+    requirements = (args.requirements or ROOT / f"requirements-{args.stack}.txt").resolve()
+    prefix = (args.target_prefix or interpreter.base_prefix).rstrip("/")
+    out = args.out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="triton_ort_pack_env_") as scratch:
         venv = Path(scratch) / "env"
         started = time.monotonic()
-        build_venv(interpreter, venv, stack, pip_args)
+        build_venv(interpreter, venv, requirements, args.pip_arg)
         installed_s = time.monotonic() - started
         link_to_target_interpreter(venv, interpreter, prefix)
         started = time.monotonic()
         out.unlink(missing_ok=True)
-        venv_pack.pack(prefix=str(venv), output=str(out), compress_level=compress_level)
+        venv_pack.pack(prefix=str(venv), output=str(out), compress_level=args.compress_level)
         packed_s = time.monotonic() - started
     return {
         "archive": str(out),
-        "stack": stack,
+        "requirements": requirements.name,
         "python": interpreter.minor,
-        "interpreter_on_server": f"{prefix.rstrip('/')}/bin/python{interpreter.minor}",
+        "interpreter_on_server": f"{prefix}/bin/python{interpreter.minor}",
         "archive_mib": round(out.stat().st_size / 2**20, 1),
         "install_s": round(installed_s, 1),
         "pack_s": round(packed_s, 1),
@@ -164,7 +167,14 @@ def pack(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stack", choices=STACKS, required=True, help="requirements-<stack>.txt")
+    parser.add_argument(
+        "--stack", choices=STACKS, required=True, help="cpu or cuda: requirements-<stack>.txt"
+    )
+    parser.add_argument(
+        "--requirements",
+        type=Path,
+        help="another pinned stack instead, e.g. docker/requirements-gpu.txt (CUDA <= 12.3, for 23.12)",
+    )
     parser.add_argument(
         "--python",
         default=sys.executable,
@@ -176,7 +186,7 @@ def main() -> None:
         "default: the --python's own prefix (a server on this machine)",
     )
     parser.add_argument("--expect-python", help="refuse an interpreter of another minor version, e.g. 3.10")
-    parser.add_argument("--out", type=Path, required=True, help="the archive, e.g. model/env.tar.gz")
+    parser.add_argument("--out", type=Path, required=True, help="the archive, e.g. <model>/env.tar.gz")
     parser.add_argument(
         "--compress-level", type=int, default=4, help="gzip level 0-9 (venv-pack's default 4)"
     )
@@ -189,16 +199,9 @@ def main() -> None:
     args = parser.parse_args()
     if os.sep in args.python and not Path(args.python).exists():
         parser.error(f"--python {args.python} does not exist")
-    report = pack(
-        args.stack,
-        args.python,
-        args.out,
-        args.target_prefix,
-        args.expect_python,
-        args.pip_arg,
-        args.compress_level,
-    )
-    print(json.dumps(report))
+    if args.requirements is not None and not args.requirements.is_file():
+        parser.error(f"--requirements {args.requirements} is not a file")
+    print(json.dumps(pack(args)))
 
 
 if __name__ == "__main__":
