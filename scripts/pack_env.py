@@ -69,9 +69,13 @@ class Interpreter:
 def probe(python: str) -> Interpreter:
     code = "import json, sys; print(json.dumps([sys.executable, sys.version_info[:2], sys.base_prefix]))"
     try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError) as error:
+        ran = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
+    except OSError as error:
         raise SystemExit(f"pack_env: cannot run --python {python!r}: {error}") from None
+    if ran.returncode != 0:
+        said = next((line for line in ran.stderr.splitlines() if line.strip()), "no output")
+        raise SystemExit(f"pack_env: --python {python!r} exited with {ran.returncode}: {said}")
+    out = ran.stdout
     executable, version, base_prefix = json.loads(out)
     return Interpreter(executable, (version[0], version[1]), base_prefix)
 
