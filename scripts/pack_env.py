@@ -1,9 +1,12 @@
 """Pack a Python environment for the python backend's EXECUTION_ENV_PATH (docs/execution-env.md).
 
-    python scripts/pack_env.py --stack cuda --python python3.10 --target-prefix /usr --out env.tar.gz
+    python scripts/pack_env.py --stack cpu --out env.tar.gz          # for the local tritonserver
+    python scripts/pack_env.py --stack cuda --requirements docker/requirements-gpu.txt \
+        --python python3.10 --expect-python 3.10 --target-prefix /usr --out env.tar.gz   # Triton 23.12
 
-The archive holds a venv with the project's pinned stack (requirements-<stack>.txt: torch and onnxruntime or
-onnxruntime-gpu, numpy from requirements-dev.txt) and this library, packed with venv-pack. A stock Triton
+The archive holds a venv with a pinned stack (requirements-<stack>.txt: torch and onnxruntime or
+onnxruntime-gpu, with numpy and onnx as requirements-dev.txt pins them; or --requirements) and this
+library, packed with venv-pack. A stock Triton
 image then serves our models with it: config.pbtxt names it with
 parameters { key: "EXECUTION_ENV_PATH", value: { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }.
 
@@ -15,7 +18,9 @@ takes sys.prefix, hence site-packages, from the venv's pyvenv.cfg; the standard 
 interpreter that symlink points at. So:
 - the venv's Python minor version must be the stub's (--python picks the interpreter that builds it);
 - bin/python* must point at that interpreter as installed on the server (--target-prefix: /usr in
-  Triton's images, whose python3 is /usr/bin/python3.10), and pyvenv.cfg's home at its bin directory.
+  Triton's images, whose python3 is /usr/bin/python3.10), and pyvenv.cfg's home at its bin directory; it
+  must be the build whose libpython the stub loads (another build's standard library may lack modules
+  that the other build compiled in, e.g. Debian's built-in _struct).
 
 Why venv-pack, not conda-pack (which python_backend's README shows): conda-pack packs only conda
 environments, and this project installs from PyPI alone; the image already has the interpreter the stub
