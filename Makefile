@@ -141,6 +141,26 @@ test-integration: models ## integration tests: the real tritonserver through tri
 test-reliability: models ## reliability tests: malformed requests, faults, load on the real server (minutes)
 	$(PYTHON) -m pytest -q --timeout=600 tests/reliability
 
+# The EXECUTION_ENV_PATH recipe (docs/execution-env.md). For a stock Triton 23.12 image (Python 3.10, CUDA 12.3):
+# make pack-env PACK_STACK=cuda PACK_REQUIREMENTS=docker/requirements-gpu.txt PACK_PYTHON=python3.10 \
+#   PACK_TARGET_PREFIX=/usr PACK_OUT=model_repository/demo/env.tar.gz
+# PACK_STACK is the archive's stack, independent of this host's venv (STACK).
+PACK_STACK ?= $(STACK)
+PACK_REQUIREMENTS ?=
+PACK_PYTHON ?= $(PYTHON)
+PACK_TARGET_PREFIX ?=
+PACK_OUT ?= env.tar.gz
+
+.PHONY: pack-env
+pack-env: $(ENV_READY) ## pack torch, ONNX Runtime and triton_ort for EXECUTION_ENV_PATH (PACK_STACK, PACK_REQUIREMENTS, PACK_PYTHON, PACK_TARGET_PREFIX, PACK_OUT)
+	$(PYTHON) scripts/pack_env.py --stack $(PACK_STACK) --python $(PACK_PYTHON) --out $(PACK_OUT) \
+		$(if $(PACK_REQUIREMENTS),--requirements $(PACK_REQUIREMENTS)) \
+		$(if $(PACK_TARGET_PREFIX),--target-prefix $(PACK_TARGET_PREFIX))
+
+.PHONY: test-execution-env
+test-execution-env: models ## the EXECUTION_ENV_PATH recipe alone: pack the CPU stack, serve a model from it (about 70 s)
+	$(PYTHON) -m pytest -q --timeout=600 tests/integration/test_execution_env.py
+
 .PHONY: test-gpu
 test-gpu: models ## the GPU tests alone (on a CUDA host)
 	$(PYTHON) -m pytest -q -m gpu tests
