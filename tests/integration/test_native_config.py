@@ -15,7 +15,7 @@ import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from tests.paths import DEMO_MODEL_PY, SERVER_TOLERANCE, demo_onnx
+from tests.paths import SERVER_TOLERANCE, demo_onnx
 from triton_ort.metrics import FLUSH_INTERVAL_S
 from triton_ort.testing.reference import reference_outputs
 from triton_ort.testing.server import LocalTritonServer
@@ -23,9 +23,9 @@ from triton_ort.testing.transport import infer
 
 pytestmark = pytest.mark.integration
 
-# The one line a user changes in a native config ("onnxruntime"). "python" serves it through the generic
-# model.py copied into the version folder; a backend that needs no model.py is named here instead.
-BACKEND = "python"
+# The one line a user changes in a native config: backend "onnxruntime" becomes our backend, which needs no
+# model.py in the model's folder (the launcher installs it next to the python backend).
+BACKEND = "onnxruntime_zerocopy"
 
 # Written in the native backend's vocabulary only: its parameters with their value formats, its graph
 # level, and its CUDA accelerator (applied where the instance lands on a GPU).
@@ -64,8 +64,6 @@ def add_native_model(repository: Path, name: str, edit: tuple[str, str] = ("", "
     version = repository / name / "1"
     version.mkdir(parents=True)
     shutil.copy(demo_onnx(), version / "model.onnx")
-    if BACKEND == "python":
-        shutil.copy(DEMO_MODEL_PY, version / "model.py")
     config = NATIVE_CONFIG.format(name=name, backend=BACKEND)
     assert edit[0] in config
     (repository / name / "config.pbtxt").write_text(config.replace(*edit) if edit[0] else config)
