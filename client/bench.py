@@ -47,6 +47,7 @@ except ImportError:  # a host with a preinstalled stack and no package index: no
 
 from client.load import Workload, load_in_processes, request_workers
 from triton_ort.testing.reference import compare
+from triton_ort.testing.server import exit_on_termination
 from triton_ort.testing.transport import STAGES, ModelStatistics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -604,6 +605,7 @@ def environment() -> dict[str, str]:
 
 
 def main() -> None:
+    exit_on_termination()  # a stopped bench still stops the servers it started
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

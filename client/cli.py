@@ -37,9 +37,12 @@ def _read_npy(item: str, signature: ModelSignature) -> tuple[str, NDArray[Any]]:
     if not name or not path:
         raise RequestError(f"--input {item!r}: expected NAME=FILE.npy with NAME one of {names}")
     try:
-        return name, np.load(path, allow_pickle=False)
+        array = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as error:
         raise RequestError(f"--input {item!r}: cannot read {path} as a .npy array ({error})") from None
+    if not isinstance(array, np.ndarray):  # an .npz archive: several arrays, not one input
+        raise RequestError(f"--input {item!r}: {path} holds several arrays (.npz); expected one .npy array")
+    return name, array
 
 
 def _load_inputs(args: argparse.Namespace, client: Any, metadata: dict[str, Any]) -> dict[str, NDArray[Any]]:
@@ -75,9 +78,22 @@ def _output_layout(metadata: dict[str, Any], batch: int) -> dict[str, tuple[np.d
     return layout
 
 
+def _read_expected(path: Path) -> dict[str, NDArray[Any]]:
+    if not path.is_file():
+        raise RequestError(f"--expect {path}: no such file; expected an .npz of outputs (--save)")
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise RequestError(
+            f"--expect {path}: cannot read it ({error}); expected an .npz of outputs (--save)"
+        ) from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise RequestError(f"--expect {path}: one array (.npy); expected an .npz of outputs by name (--save)")
+    return dict(archive)
+
+
 def run_infer(client: Any, args: argparse.Namespace) -> int:
-    if args.expect and not args.expect.is_file():
-        raise RequestError(f"--expect {args.expect}: no such file; expected an .npz of outputs (--save)")
+    expected = _read_expected(args.expect) if args.expect else None  # before anything is sent
     metadata = model_metadata(client, args.model)
     inputs = _load_inputs(args, client, metadata)
     if args.cuda_shm:
@@ -97,8 +113,7 @@ def run_infer(client: Any, args: argparse.Namespace) -> int:
     )
     if args.save:
         np.savez(args.save, **outputs)
-    if args.expect:
-        expected = dict(np.load(args.expect))
+    if args.expect and expected is not None:
         problems = compare(outputs, expected, args.rtol, args.atol)
         if problems:
             print("MISMATCH:\n  " + "\n  ".join(problems))

@@ -89,10 +89,12 @@ class ModelSignature:
 
     @staticmethod
     def _check_dtype(spec: InputSpec, array: NDArray[Any]) -> None:
+        if spec.datatype == "BYTES" and array.dtype.kind in "SO":
+            return  # a .npy holds bytes as 'S' (object arrays need pickle); tritonclient sends both
         if array.dtype != spec.dtype:
             raise RequestError(
                 f"input {spec.name!r}: dtype {array.dtype}, expected {spec.dtype} ({spec.datatype}); "
-                f"convert it, e.g. array.astype(np.{spec.dtype})"
+                f"convert it, e.g. array.astype('{spec.dtype}')"
             )
 
     def _check_shape(self, spec: InputSpec, array: NDArray[Any]) -> int:

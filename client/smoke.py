@@ -17,6 +17,7 @@ from tritonclient.utils import InferenceServerException
 
 from client.cli import one_line
 from triton_ort.testing.reference import compare, random_inputs, reference_outputs
+from triton_ort.testing.server import exit_on_termination
 from triton_ort.testing.transport import infer, make_client, model_metadata, tensor_metas
 
 
@@ -59,6 +60,7 @@ def check(protocol: str, url: str, args: argparse.Namespace) -> list[str]:
 
 
 def main() -> None:
+    exit_on_termination()  # `make run` stopped by a supervisor still stops its server
     parser = argparse.ArgumentParser(
         prog="python -m client.smoke",
         description=__doc__,

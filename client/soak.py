@@ -42,6 +42,7 @@ from triton_ort.testing.malformed import malformed_requests
 from triton_ort.testing.processes import MIB, MemorySnapshot
 from triton_ort.testing.reference import compare, random_array, reference_outputs
 from triton_ort.testing.releases import Release, server_release
+from triton_ort.testing.server import exit_on_termination
 from triton_ort.testing.transport import (
     TensorMeta,
     WireTensor,
@@ -420,6 +421,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    exit_on_termination()  # a stopped soak still stops the server it started
     protocols = tuple(p for p in args.protocols.split(",") if p)
     if not protocols or any(p not in ("http", "grpc") for p in protocols):
         sys.exit(f"--protocols {args.protocols!r}: use http, grpc or http,grpc")

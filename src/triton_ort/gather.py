@@ -37,7 +37,9 @@ class Runs(Protocol):
 
     def validate(self, tensors: Tensors) -> None: ...
 
-    def run(self, tensors: Tensors, validated: bool = False) -> dict[str, torch.Tensor]: ...
+    def run(
+        self, tensors: Tensors, validated: bool = False, fresh: bool = False
+    ) -> dict[str, torch.Tensor]: ...
 
     def to_device(self, tensor: torch.Tensor) -> torch.Tensor: ...
 
@@ -122,7 +124,8 @@ def _run_gathered(runner: Runs, group: Sequence[Tensors]) -> list[Result] | None
     rows = [next(iter(tensors.values())).shape[0] for tensors in group]
     try:  # the joint inputs too may not fit (device memory): then each request runs, and fails, alone
         joint = {name: torch.cat([runner.to_device(tensors[name]) for tensors in group]) for name in group[0]}
-        outputs = runner.run(joint, validated=True)  # its members were validated one by one
+        # Its members were validated one by one; the concatenation was just queued on the stream.
+        outputs = runner.run(joint, validated=True, fresh=True)
     except Exception as error:
         LOGGER.info("gathered run of %d requests failed (%s); running them one by one", len(group), error)
         return None

@@ -183,8 +183,15 @@ def _call(name: str, hook: Callable[..., Any], *arguments: Tensors) -> Any:
         return hook(*arguments)
     except InputError as error:  # the hook's own verdict on the client's tensors
         raise InputError(f"{name} rejected the request: {error}") from error
+    except torch.cuda.OutOfMemoryError:  # the device's state, not the hook's bug: classified as the runner's
+        raise
     except Exception as error:
         raise HookError(f"{name} raised {type(error).__name__}: {error}") from error
+
+
+def _all_tensors(value: Any) -> bool:
+    """A dict of tensors, which a signature can be taken of (a hook may return anything)."""
+    return isinstance(value, Mapping) and all(isinstance(t, torch.Tensor) for t in value.values())
 
 
 class HookedRunner:
@@ -235,7 +242,9 @@ class HookedRunner:
             if len(self._valid_client_inputs) < 1024:
                 self._valid_client_inputs.add(signature)
 
-    def run(self, tensors: Mapping[str, torch.Tensor], validated: bool = False) -> dict[str, torch.Tensor]:
+    def run(
+        self, tensors: Mapping[str, torch.Tensor], validated: bool = False, fresh: bool = False
+    ) -> dict[str, torch.Tensor]:
         if not validated:
             self.validate(tensors)
         inputs = {name: self.runner.to_device(t) for name, t in tensors.items()}
@@ -243,17 +252,20 @@ class HookedRunner:
         if self.hooks.preprocess is not None:
             model_inputs = _call(self._preprocess_name, self.hooks.preprocess, dict(inputs))
             self._check_model_inputs(model_inputs)
-        outputs = self.runner.run(model_inputs, validated=self.hooks.preprocess is not None)
+        # fresh: staging and preprocess queued the model's inputs on the stream just now.
+        outputs = self.runner.run(model_inputs, validated=self.hooks.preprocess is not None, fresh=True)
         if self.hooks.postprocess is not None:
             outputs = _call(self._postprocess_name, self.hooks.postprocess, outputs, inputs)
+        else:  # the ONNX file may have outputs that config.pbtxt does not serve
+            outputs = {spec.name: outputs[spec.name] for spec in self.client.outputs if spec.name in outputs}
         self._check_outputs(outputs, rows=_rows(inputs) if self.client.batched else None)
         return self._place(outputs)
 
     def _check_model_inputs(self, model_inputs: Any) -> None:
-        if isinstance(model_inputs, Mapping) and _signature(model_inputs) in self._valid_model_inputs:
+        if _all_tensors(model_inputs) and _signature(model_inputs) in self._valid_model_inputs:
             return
         try:
-            if not isinstance(model_inputs, Mapping):
+            if not _all_tensors(model_inputs):
                 raise InputError(f"expected a dict of str -> torch.Tensor, got {_describe(model_inputs)}")
             self.runner.validate(model_inputs)
         except InputError as error:
@@ -265,10 +277,12 @@ class HookedRunner:
 
     def _check_outputs(self, outputs: Any, rows: int | None) -> None:
         # The rows are part of the key: the same output shapes can be right for one batch, wrong for another.
-        key = (rows, _signature(outputs)) if isinstance(outputs, Mapping) else None
+        key = (rows, _signature(outputs)) if _all_tensors(outputs) else None
         if key in self._valid_outputs:
             return
         try:
+            if not _all_tensors(outputs):
+                raise InputError(f"expected a dict of str -> torch.Tensor, got {_describe(outputs)}")
             check_tensors(self.client.outputs, outputs, "outputs")
             if rows is not None:
                 for name, tensor in outputs.items():

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .errors import ConfigError, InferenceError, ProviderError
+from .errors import ConfigError, InferenceError, InputError, ProviderError
 from .gather import Result, Runs, run_requests
 from .hooks import ClientSpecs, HookedRunner, Hooks, check_config_around_hooks
 from .metrics import InstanceMetrics, request_rows
@@ -142,7 +142,11 @@ class ModelInstance:
         self._warm_up(self.options.warmup)
         self._loaded = True
         if self.metrics is not None:
-            self.metrics.loaded(self.runner.stats, cpu_fallback=gpu and not self.runner.placement.is_cuda)
+            try:
+                self.metrics.loaded(self.runner.stats, cpu_fallback=gpu and not self.runner.placement.is_cuda)
+            except Exception as error:  # the server refused a metric: serve without them
+                LOGGER.warning("custom metrics are off for this instance: %s", error)
+                self.metrics = None
         LOGGER.info(
             "loaded %s on %s with providers %s; options %s",
             self.options.onnx_file,
@@ -220,15 +224,19 @@ class ModelInstance:
             except RuntimeError as error:  # a kernel failed after ORT returned: no output can be trusted
                 self.runner.arena_needs_shrink = True
                 failure = InferenceError(f"the device failed while computing this batch: {error}")
-                results = [failure for _ in results]
+                results = [r if isinstance(r, InputError) else failure for r in results]
         finished = time.perf_counter()
         if self.metrics is not None and self._loaded:
-            self.metrics.record_execute(
-                self.runner.stats,
-                requests=len(requests),
-                rows=sum(request_rows(tensors) for tensors in requests),
-                on_device=self.runner.placement.is_cuda,
-            )
+            try:
+                self.metrics.record_execute(
+                    self.runner.stats,
+                    requests=len(requests),
+                    # axis 0 is a batch only where Triton batches
+                    rows=sum(request_rows(t) for t in requests) if self.max_batch_size > 0 else 0,
+                    on_device=self.runner.placement.is_cuda,
+                )
+            except Exception as error:  # a round trip to the server failed: the answers stand
+                LOGGER.warning("could not send custom metrics: %s", error)
         reported = time.perf_counter()
         if before is not None:
             self.last_execute = ExecuteStats.between(

@@ -138,6 +138,11 @@ _RUNNER_COUNTERS = (
         "Device-to-host tensor copies made by this backend (outputs placed on the host)",
     ),
     (
+        "device_to_device_copies",
+        "device_to_device_copies_total",
+        "Copies of inputs that arrived on another GPU than the instance's (e.g. CUDA shared memory)",
+    ),
+    (
         "arena_shrinks",
         "arena_shrinks_total",
         "Runs that shrank ONNX Runtime's CUDA memory arena after a failed run",

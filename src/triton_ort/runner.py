@@ -206,10 +206,14 @@ class IOBindingRunner:
                         f"got {first[1]} and {size}"
                     )
 
-    def run(self, tensors: Mapping[str, torch.Tensor], validated: bool = False) -> dict[str, torch.Tensor]:
+    def run(
+        self, tensors: Mapping[str, torch.Tensor], validated: bool = False, fresh: bool = False
+    ) -> dict[str, torch.Tensor]:
         """Validate (unless the caller just did), bind, run. Outputs are torch tensors on the session's
         device, or in pinned host memory when the placement says so; on a CUDA session with a caller's
-        stream they are complete once that stream is synchronised."""
+        stream they are complete once that stream is synchronised. `fresh`: the caller has just queued
+        work on the stream that produces these inputs (a concatenation, a hook), so it is waited for
+        before binding, as a staging copy is."""
         if not validated:
             self.validate(tensors)
         started = time.perf_counter()
@@ -221,9 +225,9 @@ class IOBindingRunner:
             run_options, graphed = self._graphs.options_for(bound)
             if graphed:
                 bound = {name: self._graphs.stage(name, tensor) for name, tensor in bound.items()}
-        if self.stats.host_to_device_copies != staged_before and self.placement.is_cuda:
+        if (fresh or self.stats.host_to_device_copies != staged_before) and self.placement.is_cuda:
             # ORT copies an input it needs on the CPU at bind time, with a blocking copy on the legacy
-            # stream, which does not wait for the staging copy just queued on ours.
+            # stream, which does not wait for the staging copy (or the caller's kernels) just queued on ours.
             torch.cuda.current_stream(self.device).synchronize()
         for spec in self.inputs:
             # Inputs are bound every run, even at an unchanged address: ORT keeps its own copy of an input

@@ -109,6 +109,17 @@ def test_a_python_model_that_is_not_ours_needs_no_onnx_file(tmp_path: Path) -> N
     assert "ONNX file" in problem and str(folder / "1" / "model.onnx") in problem
 
 
+def test_a_missing_hooks_module_is_named(tmp_path: Path) -> None:
+    folder = model_folder(tmp_path, ZERO_COPY_BACKEND, ("model.onnx",))
+    config = text_format.Parse((folder / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    config.parameters["hooks"].string_value = "hooks.py"
+    (folder / "config.pbtxt").write_text(text_format.MessageToString(config))
+    (problem,) = check_model(folder)
+    assert str(folder / "1" / "hooks.py") in problem
+    (folder / "1" / "hooks.py").write_text("")
+    assert check_model(folder) == []
+
+
 def test_a_model_is_looked_up_in_every_repository_of_the_server(tmp_path: Path) -> None:
     first, second = tmp_path / "first", tmp_path / "second"
     model_folder(first, "python", ("model.py", "model.onnx"))

@@ -25,7 +25,7 @@ import torch
 import torch.utils.dlpack
 import triton_python_backend_utils as pb_utils
 
-from triton_ort import ModelInstance, TritonOrtError, triton_code
+from triton_ort import InferenceError, ModelInstance, TritonOrtError, triton_code
 from triton_ort.autocomplete import complete_config
 from triton_ort.copy_counter import copy_counting_enabled, count_host_device_copies
 from triton_ort.metrics import triton_instance_metrics
@@ -140,7 +140,12 @@ class TritonPythonModel:
                     parsed.append(error)
             readable = [item for item in parsed if not isinstance(item, Exception)]
             read = time.perf_counter()
-            results = iter(self.instance.infer(readable))
+            try:
+                results = iter(self.instance.infer(readable))
+            except Exception as error:  # not one request's fault: each readable request gets the error
+                LOGGER.exception("execute failed outside any one request")
+                failure = InferenceError(f"the batch could not be computed: {type(error).__name__}: {error}")
+                results = iter([failure] * len(readable))
             inferred = time.perf_counter()
             responses = [_response(item if isinstance(item, Exception) else next(results)) for item in parsed]
             self.instance.log_execute(

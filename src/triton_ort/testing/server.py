@@ -82,6 +82,29 @@ _FATAL = re.compile(r"^error: (?P<message>.*)")
 _DETAIL_LINES = 6
 
 
+def exit_on_termination() -> None:
+    """For a command that starts servers: SIGTERM and SIGHUP unwind it like Ctrl-C does, so its `finally`
+    blocks and context managers stop those servers and remove their folders (by default both signals end
+    the process on the spot)."""
+
+    def unwind(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, unwind)
+
+
+def _kill_group(process: subprocess.Popen[bytes] | None) -> None:
+    """SIGKILL a server's process group (tritonserver and its stubs), without waiting."""
+    if process is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+# The readiness probe talks to 127.0.0.1 directly: an http_proxy from the environment would answer instead.
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 class ServerStartError(RuntimeError):
     """tritonserver did not become ready; the message starts with the cause, then names the log file."""
 
@@ -185,7 +208,9 @@ def check_model(model_dir: Path) -> list[str]:
         return []  # other backends check their own files
     problems = []
     onnx_parameter = config.parameters.get("onnx_file")
-    onnx_file = onnx_parameter.string_value if onnx_parameter is not None else "model.onnx"
+    onnx_file = onnx_parameter.string_value.strip() if onnx_parameter is not None else "model.onnx"
+    hooks_parameter = config.parameters.get("hooks")
+    hooks_file = hooks_parameter.string_value.strip() if hooks_parameter is not None else ""
     for version in versions:
         if config.backend == "python":
             model_py = version / (config.default_model_filename or "model.py")
@@ -202,6 +227,11 @@ def check_model(model_dir: Path) -> list[str]:
             problems.append(
                 f"model '{model_dir.name}': ONNX file {onnx_path} is missing "
                 f"(parameter onnx_file={onnx_file!r}{'' if onnx_parameter is not None else ', the default'})"
+            )
+        if hooks_file and not (version / hooks_file).is_file():
+            problems.append(
+                f"model '{model_dir.name}': hooks module {version / hooks_file} is missing "
+                f"(parameter hooks={hooks_file!r})"
             )
     return problems
 
@@ -461,6 +491,7 @@ class LocalTritonServer:
 
     def _start_once(self) -> LocalTritonServer:
         self._final_log = None
+        self.process = None  # a retried start never signals the previous attempt's (reaped) pid
         try:
             self._check_ports()
             dist, libs = _pytriton_paths()
@@ -505,7 +536,7 @@ class LocalTritonServer:
         if self.process is None or self.process.poll() is not None or not self._services_started(self.log()):
             return False
         try:
-            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as reply:
+            with _NO_PROXY.open(f"http://{self.http_url}/v2/health/ready", timeout=2) as reply:
                 return bool(reply.status == 200)
         except OSError:
             return False
@@ -546,8 +577,7 @@ class LocalTritonServer:
     def kill(self) -> None:
         """SIGKILL tritonserver and its stubs (its process group) at once."""
         if self.process is not None and self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+            _kill_group(self.process)
             self.process.wait()
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
@@ -652,7 +682,8 @@ def main() -> None:
         code = 1
     finally:
         for signum in STOP_SIGNALS:  # a second signal while stopping: kill at once
-            signal.signal(signum, lambda signum, frame: server.kill())
+            # Only the signal, no wait: the main thread may hold Popen's wait lock inside stop().
+            signal.signal(signum, lambda signum, frame: _kill_group(server.process))
         server.stop(timeout_s=EXIT_TIMEOUT_S + 20)
     sys.exit(code)
 
