@@ -253,3 +253,34 @@ def test_without_a_batch_axis_in_the_config_requests_run_through_the_hooks_one_b
     assert instance.runner.stats.ort_runs - runs_before == 2  # nothing says the outputs can be split
     for result, request in zip(results, requests, strict=True):
         assert_matches(result, request["raw_embeddings"])
+
+
+def test_preprocess_only_serves_just_the_outputs_the_config_lists(tmp_path: Path) -> None:
+    """Without postprocess the session's outputs go to the client as they are: only those config.pbtxt
+    serves, even when the ONNX file has more."""
+    from tests import graphs
+
+    onnx_path = graphs.multi_io(tmp_path / "multi_io.onnx")
+    version = tmp_path / "1"
+    version.mkdir()
+    (version / "hooks.py").write_text(
+        "import torch\n\ndef preprocess(inputs):\n"
+        "    return {'a': inputs['x'].to(torch.float16), 'b': torch.zeros(inputs['x'].shape[0], 4, "
+        "dtype=torch.int64), 'c': torch.zeros(inputs['x'].shape[0], 2, dtype=torch.bool)}\n"
+    )
+    config: dict[str, Any] = {
+        "max_batch_size": 8,
+        "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [3]}],
+        "output": [{"name": "a_twice", "data_type": "TYPE_FP16", "dims": [3]}],
+        "parameters": {
+            "onnx_file": {"string_value": str(onnx_path)},
+            "hooks": {"string_value": "hooks.py"},
+            "intra_op_thread_count": {"string_value": "1"},
+        },
+    }
+    instance = ModelInstance(config, version, "CPU", 0)
+    x = torch.rand(2, 3)
+    (result,) = instance.infer([{"x": x}])
+    assert isinstance(result, dict), result
+    assert list(result) == ["a_twice"]
+    torch.testing.assert_close(result["a_twice"], (x + x).to(torch.float16))

@@ -135,3 +135,29 @@ def test_a_server_without_metrics_serves_on_without_them() -> None:
     assert (
         triton_instance_metrics(SimpleNamespace(MetricFamily=_RefusingFamily), "demo", "1", "demo_0") is None
     )
+
+
+class _FailingCounter:
+    def increment(self, value: float) -> None:
+        raise RuntimeError("the server is shutting down")
+
+    def set(self, value: float) -> None:
+        pass
+
+
+class _FailingSends(InMemoryMetrics):
+    def counter(self, name: str, description: str, labels: Any) -> Any:
+        return _FailingCounter()
+
+
+def test_a_failed_metrics_send_does_not_fail_the_answers() -> None:
+    metrics = InstanceMetrics(_FailingSends(), "demo", "1", "demo_0")
+    config: dict[str, Any] = {
+        "input": [{"name": "np_script_embeddings", "data_type": "TYPE_FP32", "dims": [2010]}],
+        "output": [{"name": "np_logits", "data_type": "TYPE_FP32", "dims": [2]}],
+        "max_batch_size": 64,
+        "parameters": {"intra_op_thread_count": {"string_value": "1"}},
+    }
+    instance = ModelInstance(config, demo_onnx().parent, "CPU", 0, metrics=metrics)
+    (result,) = instance.infer([{"np_script_embeddings": torch.rand(2, 2010)}])
+    assert isinstance(result, dict) and result["np_logits"].shape == (2, 2)
