@@ -523,6 +523,17 @@ def _collect_optimization(optimization: Mapping[str, Any], collected: _Collected
 
 
 def _check_combinations(values: Mapping[str, Any]) -> None:
+    shrinkage = str(values.get("arena_shrinkage", ""))
+    if "cpu:" in shrinkage and values.get("enable_mem_arena") is False:
+        raise ConfigError(
+            f"memory.enable_memory_arena_shrinkage {shrinkage!r} names the CPU arena, but enable_mem_arena "
+            "is 0: there is no CPU arena to shrink; drop the cpu entry or enable the arena"
+        )
+    if shrinkage and values.get("cuda_graph"):
+        raise ConfigError(
+            "memory.enable_memory_arena_shrinkage cannot apply with CUDA graphs (cuda_graph / "
+            "optimization.cuda.graphs): a captured graph replays on fixed allocations; drop one of them"
+        )
     if values.get("tensorrt_options") is not None and values.get("cuda_graph"):
         raise ConfigError(
             "CUDA graphs (cuda_graph / optimization.cuda.graphs) cannot be combined with the tensorrt "

@@ -136,7 +136,20 @@ class IOBindingRunner:
         # An empty tensor's data_ptr may be 0, which ORT rejects; bind this instead (never read: 0 elements).
         self._placeholder = torch.empty(8, dtype=torch.uint8, device=self.device)
 
+    def _own_arenas(self, arena_shrinkage: str) -> str:
+        """The configured shrinkage on this instance's arenas: a `gpu:N` entry means this instance's GPU
+        (one config serves instances on several GPUs, and ORT fails a run that names an arena the session
+        lacks), and none on a CPU instance."""
+        entries = []
+        for entry in filter(None, arena_shrinkage.split(";")):
+            if not entry.startswith("gpu:"):
+                entries.append(entry)
+            elif self.placement.is_cuda:
+                entries.append(f"gpu:{self.placement.device_id}")
+        return ";".join(dict.fromkeys(entries))
+
     def _make_run_options(self, arena_shrinkage: str) -> tuple[ort.RunOptions | None, ort.RunOptions | None]:
+        arena_shrinkage = self._own_arenas(arena_shrinkage)
         if not self.placement.is_cuda:
             if not arena_shrinkage:
                 return None, None

@@ -300,3 +300,32 @@ def test_bad_values_name_key_value_and_expectation(
     with pytest.raises(ConfigError) as caught:
         parse_options(parameters, optimization)
     assert message in str(caught.value)
+
+
+def test_arena_shrinkage_without_the_arena_or_with_cuda_graphs_fails_the_load() -> None:
+    with pytest.raises(ConfigError, match="no CPU arena to shrink"):
+        parse_options({"memory.enable_memory_arena_shrinkage": "cpu:0", "enable_mem_arena": "0"})
+    with pytest.raises(ConfigError, match="CUDA graphs"):
+        parse_options({"memory.enable_memory_arena_shrinkage": "gpu:0", "cuda_graph": "true"})
+
+
+def test_a_gpu_shrinkage_entry_does_not_fail_the_runs_of_a_cpu_instance() -> None:
+    """One config serves instances of several kinds: `gpu:N` means the instance's own GPU, none on CPU
+    (ORT fails a run that names an arena the session lacks)."""
+    import torch
+
+    from tests.paths import demo_onnx
+    from triton_ort import ModelInstance
+
+    config = {
+        "input": [{"name": "np_script_embeddings", "data_type": "TYPE_FP32", "dims": [2010]}],
+        "output": [{"name": "np_logits", "data_type": "TYPE_FP32", "dims": [2]}],
+        "max_batch_size": 8,
+        "parameters": {
+            "memory.enable_memory_arena_shrinkage": {"string_value": "cpu:0;gpu:0"},
+            "intra_op_thread_count": {"string_value": "1"},
+        },
+    }
+    instance = ModelInstance(config, demo_onnx().parent, "CPU", 0)
+    (result,) = instance.infer([{"np_script_embeddings": torch.rand(2, 2010)}])
+    assert isinstance(result, dict), result
