@@ -29,11 +29,11 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import model_config_pb2
 
 from tests.paths import ROOT, demo_onnx
-from triton_ort.backend import MODEL_PY
+from triton_ort.backend import BACKEND_NAME, MODEL_PY
 from triton_ort.testing.processes import stub_processes
 from triton_ort.testing.reference import reference_outputs
 from triton_ort.testing.repository import ModelSpec, TensorSpec, write_config
-from triton_ort.testing.server import ZERO_COPY_BACKEND, LocalTritonServer
+from triton_ort.testing.server import LocalTritonServer
 
 # Both backend lines take EXECUTION_ENV_PATH: `python` with the adapter in the folder (a stock image as it
 # is), and our Python-based backend (its one model.py added to the image's backend directory).
@@ -94,7 +94,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (zero_copy_dir / "1").mkdir(parents=True)
     shutil.copy(demo_onnx(), zero_copy_dir / "1" / "model.onnx")
     os.link(python_dir / ARCHIVE, zero_copy_dir / ARCHIVE)  # the same bytes, without a second 300 MB
-    config = model_config_pb2.ModelConfig(name=ZERO_COPY_LINE, backend=ZERO_COPY_BACKEND)
+    config = model_config_pb2.ModelConfig(name=ZERO_COPY_LINE, backend=BACKEND_NAME)
     config.instance_group.add(count=1, kind=model_config_pb2.ModelInstanceGroup.Kind.KIND_CPU)
     config.parameters["EXECUTION_ENV_PATH"].string_value = EXECUTION_ENV["EXECUTION_ENV_PATH"]
     write_config(zero_copy_dir, config)

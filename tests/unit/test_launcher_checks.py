@@ -8,8 +8,8 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from triton_ort.backend import BACKEND_NAME
 from triton_ort.testing.server import (
-    ZERO_COPY_BACKEND,
     ServerStartError,
     check_model,
     check_repository,
@@ -44,7 +44,7 @@ def test_a_complete_python_model_passes(tmp_path: Path) -> None:
 
 
 def test_the_zero_copy_backend_needs_no_model_py_only_the_onnx_file(tmp_path: Path) -> None:
-    assert check_model(model_folder(tmp_path, ZERO_COPY_BACKEND, ("model.onnx",))) == []
+    assert check_model(model_folder(tmp_path, BACKEND_NAME, ("model.onnx",))) == []
     (tmp_path / "m" / "1" / "model.onnx").unlink()
     assert check_model(tmp_path / "m") == [
         f"model 'm': ONNX file {tmp_path / 'm' / '1' / 'model.onnx'} is missing "
@@ -61,7 +61,7 @@ def test_the_onnx_file_named_by_the_parameter_is_the_one_checked(tmp_path: Path)
 
 def test_a_missing_model_py_names_its_path_and_the_backend_that_needs_none(tmp_path: Path) -> None:
     (problem,) = check_model(model_folder(tmp_path, "python", ("model.onnx",)))
-    assert str(tmp_path / "m" / "1" / "model.py") in problem and ZERO_COPY_BACKEND in problem
+    assert str(tmp_path / "m" / "1" / "model.py") in problem and BACKEND_NAME in problem
 
 
 def test_only_the_versions_triton_loads_are_checked(tmp_path: Path) -> None:
@@ -110,7 +110,7 @@ def test_a_python_model_that_is_not_ours_needs_no_onnx_file(tmp_path: Path) -> N
 
 
 def test_a_missing_hooks_module_is_named(tmp_path: Path) -> None:
-    folder = model_folder(tmp_path, ZERO_COPY_BACKEND, ("model.onnx",))
+    folder = model_folder(tmp_path, BACKEND_NAME, ("model.onnx",))
     config = text_format.Parse((folder / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
     config.parameters["hooks"].string_value = "hooks.py"
     (folder / "config.pbtxt").write_text(text_format.MessageToString(config))
@@ -132,7 +132,7 @@ def test_a_model_is_looked_up_in_every_repository_of_the_server(tmp_path: Path) 
 def test_a_repository_mixing_python_and_our_backend_gets_no_prefix_of_its_own(tmp_path: Path) -> None:
     python_only, ours = tmp_path / "python_only", tmp_path / "ours"
     model_folder(python_only, "python", ("model.py", "model.onnx"))
-    model_folder(ours, ZERO_COPY_BACKEND, ("model.onnx",))
+    model_folder(ours, BACKEND_NAME, ("model.onnx",))
     assert own_shm_prefix_is_safe([python_only]) and own_shm_prefix_is_safe([ours])
     assert not own_shm_prefix_is_safe([python_only, ours])
 

@@ -50,14 +50,17 @@ from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import model_config_pb2
 
+from triton_ort.backend import BACKEND_NAME
 from triton_ort.backend import install as install_zerocopy_backend
+from triton_ort.testing.repository import read_config
 
 # Header that unlocks the restricted APIs (logging, trace); its value is LocalTritonServer.admin_key.
 ADMIN_HEADER = "triton-ort-admin"
 
-# The Python-based backend that serves an ONNX file with this project's model.py from the backend
-# directory: a model folder that names it holds no model.py of its own.
-ZERO_COPY_BACKEND = "onnxruntime_zerocopy"
+# The backends whose models run a model.py in a python-backend stub: Triton's own, and ours.
+PYTHON_BACKENDS = ("python", BACKEND_NAME)
+# What reading a config.pbtxt raises when it is not a ModelConfig.
+_UNREADABLE_CONFIG = (text_format.ParseError, DecodeError, UnicodeDecodeError)
 
 WORKDIR_PREFIX = "triton_ort_server_"
 FAILED_LOG_PREFIX = "tritonserver_failed_start_"
@@ -198,13 +201,13 @@ def check_model(model_dir: Path) -> list[str]:
     if not config_path.is_file():
         return [f"model '{model_dir.name}': {config_path} is missing (it names the backend and the tensors)"]
     try:
-        config = text_format.Parse(config_path.read_text(), model_config_pb2.ModelConfig())
-    except (text_format.ParseError, DecodeError, UnicodeDecodeError) as error:
+        config = read_config(model_dir)
+    except _UNREADABLE_CONFIG as error:
         return [f"model '{model_dir.name}': {config_path} is not a valid model configuration: {error}"]
     versions, problem = _versions_to_load(model_dir, config)
     if problem:
         return [f"model '{model_dir.name}': {problem}"]
-    if config.backend not in ("python", ZERO_COPY_BACKEND):
+    if config.backend not in PYTHON_BACKENDS:
         return []  # other backends check their own files
     problems = []
     onnx_parameter = config.parameters.get("onnx_file")
@@ -217,7 +220,7 @@ def check_model(model_dir: Path) -> list[str]:
             if not model_py.is_file():
                 problems.append(
                     f"model '{model_dir.name}': {model_py} is missing (backend \"python\" runs the "
-                    f'model.py of the version folder; backend "{ZERO_COPY_BACKEND}" needs none)'
+                    f'model.py of the version folder; backend "{BACKEND_NAME}" needs none)'
                 )
                 continue
             if "triton_ort" not in model_py.read_text(errors="replace"):
@@ -241,10 +244,10 @@ def python_backends_in(repository: Path) -> set[str]:
     found = set()
     for config_path in repository.glob("*/config.pbtxt"):
         try:
-            config = text_format.Parse(config_path.read_text(), model_config_pb2.ModelConfig())
-        except (text_format.ParseError, DecodeError, UnicodeDecodeError):
+            config = read_config(config_path.parent)
+        except _UNREADABLE_CONFIG:
             continue  # check_model reports it
-        if config.backend in ("python", ZERO_COPY_BACKEND):
+        if config.backend in PYTHON_BACKENDS:
             found.add(config.backend)
     return found
 
@@ -259,7 +262,7 @@ def own_shm_prefix_is_safe(repositories: Sequence[Path]) -> bool:
     boost::interprocess::lock_exception (measured on 2.41). From 24.04 the regions have unique names. The
     whole repository counts, loaded at start or not: explicit model control may load any folder later."""
     backends = set().union(*(python_backends_in(root) for root in repositories))
-    return not {"python", ZERO_COPY_BACKEND} <= backends
+    return not set(PYTHON_BACKENDS) <= backends
 
 
 def check_repository(repository: Path | Sequence[Path], models: Sequence[str] | None = None) -> None:
