@@ -247,13 +247,20 @@ class HookedRunner:
     ) -> dict[str, torch.Tensor]:
         if not validated:
             self.validate(tensors)
+        staged_before = self.runner.stats.host_to_device_copies
         inputs = {name: self.runner.to_device(t) for name, t in tensors.items()}
         model_inputs = inputs
         if self.hooks.preprocess is not None:
             model_inputs = _call(self._preprocess_name, self.hooks.preprocess, dict(inputs))
             self._check_model_inputs(model_inputs)
-        # fresh: staging and preprocess queued the model's inputs on the stream just now.
-        outputs = self.runner.run(model_inputs, validated=self.hooks.preprocess is not None, fresh=True)
+        # The runner sees only what it stages itself: staging here, or preprocess's kernels, also queued
+        # the model's inputs on the stream just now.
+        fresh = (
+            fresh
+            or self.hooks.preprocess is not None
+            or self.runner.stats.host_to_device_copies != staged_before
+        )
+        outputs = self.runner.run(model_inputs, validated=self.hooks.preprocess is not None, fresh=fresh)
         if self.hooks.postprocess is not None:
             outputs = _call(self._postprocess_name, self.hooks.postprocess, outputs, inputs)
         else:  # the ONNX file may have outputs that config.pbtxt does not serve
