@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from triton_ort.testing.repository import read_config
 from triton_ort.testing.server import gpu_present
@@ -38,3 +38,14 @@ def demo_onnx() -> Path:
 
 
 DEMO_MAX_BATCH = read_config(MODEL_REPOSITORY / "demo").max_batch_size
+
+
+def demo_instance_config(max_batch_size: int, **parameters: str) -> dict[str, Any]:
+    """The demo's model config as Triton hands it to a ModelInstance (JSON of ModelConfig), with these
+    string parameters."""
+    return {
+        "input": [{"name": "np_script_embeddings", "data_type": "TYPE_FP32", "dims": [2010]}],
+        "output": [{"name": "np_logits", "data_type": "TYPE_FP32", "dims": [2]}],
+        "max_batch_size": max_batch_size,
+        "parameters": {key: {"string_value": value} for key, value in parameters.items()},
+    }

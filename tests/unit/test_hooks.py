@@ -13,7 +13,8 @@ import pytest
 import torch
 from numpy.typing import NDArray
 
-from tests.paths import MODEL_REPOSITORY, demo_onnx
+from tests.hooks_support import STRICT_HOOKS
+from tests.paths import MODEL_REPOSITORY, demo_instance_config, demo_onnx
 from triton_ort import ConfigError, HookError, InputError, ModelInstance
 from triton_ort.hooks import HookedRunner
 from triton_ort.testing.reference import reference_outputs
@@ -96,26 +97,8 @@ def test_gathered_requests_run_the_hooks_once_and_are_split_back(tmp_path: Path)
         assert result["top_scores"].shape[0] == request["raw_embeddings"].shape[0]
 
 
-FAILS_ON_255 = """
-    import torch
-    from triton_ort import InputError
-
-    def preprocess(inputs):
-        raw = inputs["raw_embeddings"]
-        if bool((raw == 255).any()):
-            raise ValueError("a value of 255 is not allowed")
-        if bool((raw == 254).any()):
-            raise InputError("254 is reserved")
-        return {"np_script_embeddings": raw.to(torch.float32)}
-
-    def postprocess(outputs, inputs):
-        scores, classes = torch.topk(torch.softmax(outputs["np_logits"], 1), 2, dim=1)
-        return {"top_scores": scores, "top_classes": classes}
-"""
-
-
 def test_a_hook_failure_fails_only_its_request_and_names_the_hook(tmp_path: Path) -> None:
-    instance = instance_with(tmp_path, FAILS_ON_255)
+    instance = instance_with(tmp_path, STRICT_HOOKS)  # 255 raises, 254 is rejected
     requests = [raw_request(2, seed=i) for i in range(4)]
     requests[1]["raw_embeddings"][1, 7] = 255  # the hook raises ValueError: the model's fault
     requests[2]["raw_embeddings"][0, 3] = 254  # the hook rejects it with InputError: the client's fault
@@ -219,12 +202,7 @@ def test_without_preprocess_the_inputs_are_still_checked_against_the_onnx_file(t
 
 
 def test_a_model_without_hooks_runs_the_runner_directly(tmp_path: Path) -> None:
-    config = {
-        "max_batch_size": 8,
-        "input": [{"name": "np_script_embeddings", "data_type": "TYPE_FP32", "dims": [2010]}],
-        "output": [{"name": "np_logits", "data_type": "TYPE_FP32", "dims": [2]}],
-        "parameters": {"onnx_file": {"string_value": str(demo_onnx())}},
-    }
+    config = demo_instance_config(8, onnx_file=str(demo_onnx()))
     instance = ModelInstance(config, tmp_path, "CPU", 0)
     assert instance._pipeline is instance.runner  # nothing between gathering and the runner
 

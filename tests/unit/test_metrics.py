@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from tests.paths import demo_onnx
+from tests.paths import demo_instance_config, demo_onnx
 from triton_ort import ModelInstance
 from triton_ort.metrics import InMemoryMetrics, InstanceMetrics, TritonMetricFamilies, triton_instance_metrics
 from triton_ort.stats import RunnerStats
@@ -49,12 +49,7 @@ def test_unchanged_counters_are_not_sent() -> None:
 def test_cpu_instance_counts_executes_requests_rows_and_runs() -> None:
     backend = InMemoryMetrics()
     metrics = InstanceMetrics(backend, "demo", "1", "demo_0")
-    config: dict[str, Any] = {
-        "input": [{"name": "np_script_embeddings", "data_type": "TYPE_FP32", "dims": [2010]}],
-        "output": [{"name": "np_logits", "data_type": "TYPE_FP32", "dims": [2]}],
-        "max_batch_size": 64,
-        "parameters": {"intra_op_thread_count": {"string_value": "1"}},
-    }
+    config = demo_instance_config(64, intra_op_thread_count="1")
     instance = ModelInstance(config, demo_onnx().parent, "CPU", 0, metrics=metrics)
     requests = [{"np_script_embeddings": torch.rand(rows, 2010)} for rows in (3, 5)]
     instance.infer(requests)
@@ -152,12 +147,7 @@ class _FailingSends(InMemoryMetrics):
 
 def test_a_failed_metrics_send_does_not_fail_the_answers() -> None:
     metrics = InstanceMetrics(_FailingSends(), "demo", "1", "demo_0")
-    config: dict[str, Any] = {
-        "input": [{"name": "np_script_embeddings", "data_type": "TYPE_FP32", "dims": [2010]}],
-        "output": [{"name": "np_logits", "data_type": "TYPE_FP32", "dims": [2]}],
-        "max_batch_size": 64,
-        "parameters": {"intra_op_thread_count": {"string_value": "1"}},
-    }
+    config = demo_instance_config(64, intra_op_thread_count="1")
     instance = ModelInstance(config, demo_onnx().parent, "CPU", 0, metrics=metrics)
     (result,) = instance.infer([{"np_script_embeddings": torch.rand(2, 2010)}])
     assert isinstance(result, dict) and result["np_logits"].shape == (2, 2)

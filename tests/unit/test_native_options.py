@@ -315,18 +315,12 @@ def test_a_gpu_shrinkage_entry_does_not_fail_the_runs_of_a_cpu_instance() -> Non
     (ORT fails a run that names an arena the session lacks)."""
     import torch
 
-    from tests.paths import demo_onnx
+    from tests.paths import demo_instance_config, demo_onnx
     from triton_ort import ModelInstance
 
-    config = {
-        "input": [{"name": "np_script_embeddings", "data_type": "TYPE_FP32", "dims": [2010]}],
-        "output": [{"name": "np_logits", "data_type": "TYPE_FP32", "dims": [2]}],
-        "max_batch_size": 8,
-        "parameters": {
-            "memory.enable_memory_arena_shrinkage": {"string_value": "cpu:0;gpu:0"},
-            "intra_op_thread_count": {"string_value": "1"},
-        },
-    }
+    config = demo_instance_config(
+        8, intra_op_thread_count="1", **{"memory.enable_memory_arena_shrinkage": "cpu:0;gpu:0"}
+    )
     instance = ModelInstance(config, demo_onnx().parent, "CPU", 0)
     (result,) = instance.infer([{"np_script_embeddings": torch.rand(2, 2010)}])
     assert isinstance(result, dict), result
