@@ -129,6 +129,21 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}; see --help\n")
 
 
+def host_port(text: str) -> str:
+    """--url: host:port, checked here. tritonclient's own refusal of a scheme ends in a traceback from its
+    destructor, and gRPC wraps a port above 65535 silently (99999 dialled 34463)."""
+    if "://" in text:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give host:port without the scheme, such as {text.split('://', 1)[1].rstrip('/')!r}"
+        )
+    host, colon, port = text.rpartition(":")
+    if not colon or not host:
+        raise argparse.ArgumentTypeError(f"{text!r} is not host:port, such as 127.0.0.1:8000")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: port {port!r} is not a number from 1 to 65535")
+    return text
+
+
 def positive_int(text: str) -> int:
     """--batch: refused here, before any connection, when it cannot be a batch of any model."""
     try:
@@ -152,7 +167,9 @@ def main() -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--protocol", choices=["http", "grpc"], default="http")
-    parser.add_argument("--url", help="host:port (default 127.0.0.1:8000 for http, :8001 for grpc)")
+    parser.add_argument(
+        "--url", type=host_port, help="host:port (default 127.0.0.1:8000 for http, :8001 for grpc)"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("health", help="server live/ready")
     for name in ("metadata", "config"):

@@ -149,3 +149,22 @@ def test_smoke_against_no_server_or_an_unknown_model_is_one_line(server: LocalTr
         "client.smoke", "--http-url", server.http_url, "--grpc-url", server.grpc_url, "--model", "x"
     )
     assert unknown.returncode == 1 and "model 'x' is not ready" in unknown.stdout, unknown.stdout
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("http://127.0.0.1:8000/", ["--url", "without the scheme", "'127.0.0.1:8000'"]),
+        ("127.0.0.1:99999", ["--url", "port '99999'", "1 to 65535"]),
+        ("127.0.0.1:http", ["--url", "port 'http'"]),
+        ("localhost", ["--url", "'localhost' is not host:port"]),
+    ],
+)
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_url_that_is_not_host_port_is_refused_before_connecting(
+    protocol: str, url: str, words: list[str]
+) -> None:
+    # gRPC would dial 127.0.0.1:99999 as port 34463, and tritonclient's refusal of a scheme ends in a
+    # traceback from its destructor
+    result = run("client.cli", "--protocol", protocol, "--url", url, "metadata", "demo")
+    assert_one_line_error(result, 2, *words)
