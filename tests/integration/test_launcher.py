@@ -17,8 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
+import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
 from onnx import TensorProto
 from tritonclient.grpc import model_config_pb2
@@ -199,9 +201,12 @@ def test_a_signal_to_the_launcher_stops_its_server_and_cleans_up(
     assert f"{signum.name}: stopping tritonserver" in launched.output()
 
 
-def test_a_sigkilled_launcher_takes_its_server_down(tiny: Path, tmp_path: Path) -> None:
+def test_a_sigkilled_launcher_takes_its_server_down(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """PR_SET_PDEATHSIG: the kernel sends tritonserver SIGTERM when the launcher dies, and Triton then
-    removes its own shared memory. Only the launcher's work folder stays (nobody is left to remove it)."""
+    removes its own shared memory. The launcher's work folder stays (nobody is left to remove it) until
+    the next launcher starts, which removes it."""
     launched, ports, processes, prefix = _started(tiny, tmp_path)
     launched.process.kill()
     launched.process.wait()
@@ -209,6 +214,12 @@ def test_a_sigkilled_launcher_takes_its_server_down(tiny: Path, tmp_path: Path) 
     assert alive == [], f"the SIGKILLed launcher's server still runs: {alive}"
     assert [p for p in ports if port_in_use(p)] == []
     assert sorted(SHM_DIR.glob(f"{prefix}*")) == []
+    orphaned = launcher_files(tmp_path / "tmp")
+    assert [p.name.startswith(f"{WORKDIR_PREFIX}{launched.process.pid}_") for p in orphaned] == [True]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    with LocalTritonServer(tiny):
+        assert not orphaned[0].exists()
+    assert launcher_files(tmp_path / "tmp") == []
 
 
 def test_a_second_launcher_on_the_same_ports_fails_fast_and_names_the_port(
@@ -334,3 +345,17 @@ def test_make_serve_takes_its_ports_from_the_command_line(tiny: Path, tmp_path: 
     prefix = shm_prefix(server)
     os.killpg(launched.process.pid, signal.SIGTERM)
     assert_all_gone(processes, ports, prefix, tmp_path / "tmp", launched.process)
+
+
+def test_a_server_without_http_is_ready_through_grpc(tiny: Path) -> None:
+    """--allow-http=false: readiness is asked over gRPC (there is no HTTP to ask), and the server serves."""
+    with LocalTritonServer(tiny, extra_args=["--allow-http=false"]) as server:
+        assert server.is_ready()
+        assert not port_in_use(server.http_port)
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        x = np.array([[1.5, -2.0]], np.float32)
+        request = grpcclient.InferInput("x", list(x.shape), "FP32")
+        request.set_data_from_numpy(x)
+        result = client.infer("tiny", [request])
+        np.testing.assert_array_equal(result.as_numpy("y"), x)
+        client.close()

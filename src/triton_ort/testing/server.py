@@ -17,7 +17,7 @@ The launcher never leaves a server behind:
   the *thread* that started the server exits, so start servers from a thread that outlives them.
 - The temporary work folder (backend directory, log) and the python backend's shared-memory regions
   (a unique shm-region-prefix-name per server) are removed on every stop; a failed start keeps its log
-  file and names it.
+  file and names it. The folder of a launcher killed by SIGKILL is removed by the next launcher.
 Readiness counts only while our own process lives and its own log says that its own services started on
 our ports, then /v2/health/ready answers: another server on the same ports is never mistaken for ours.
 Before starting, the model repository is checked (config.pbtxt, version folder, model.py, ONNX file) so
@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
 
+import psutil
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import model_config_pb2
@@ -106,6 +107,35 @@ def _kill_group(process: subprocess.Popen[bytes] | None) -> None:
 
 # The readiness probe talks to 127.0.0.1 directly: an http_proxy from the environment would answer instead.
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def remove_orphaned_workdirs() -> list[Path]:
+    """Remove the temp-dir work folders of our launchers that died without cleaning up (SIGKILL leaves
+    them: nobody is left to remove them). A folder counts as orphaned when it is ours (same user) and the
+    pid in its name is not running; a reused pid keeps its folder until that process ends too."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*_*"):
+        pid_text = folder.name.removeprefix(WORKDIR_PREFIX).split("_", 1)[0]
+        with contextlib.suppress(OSError):
+            ours = folder.stat().st_uid == os.getuid()
+            if ours and pid_text.isdigit() and not psutil.pid_exists(int(pid_text)):
+                shutil.rmtree(folder)
+                removed.append(folder)
+    return removed
+
+
+def _grpc_ready(url: str) -> bool:
+    """ServerReady over gRPC, bypassing any http_proxy/grpc_proxy (our server is on loopback)."""
+    import tritonclient.grpc as grpcclient  # imported here: only servers without HTTP need it
+    from tritonclient.utils import InferenceServerException
+
+    client = grpcclient.InferenceServerClient(url, channel_args=[("grpc.enable_http_proxy", 0)])
+    try:
+        return bool(client.is_server_ready(client_timeout=2))
+    except InferenceServerException:
+        return False
+    finally:
+        client.close()
 
 
 class ServerStartError(RuntimeError):
@@ -498,7 +528,9 @@ class LocalTritonServer:
         try:
             self._check_ports()
             dist, libs = _pytriton_paths()
-            self._workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+            remove_orphaned_workdirs()
+            # the launcher's pid in the name: a later launcher removes it if this one dies by SIGKILL
+            self._workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}_"))
             self._log_path = self.log_file or self._workdir / "tritonserver.log"
             backend_dir = self._prepare_backend(dist)
             command = self.command(dist, backend_dir)
@@ -535,14 +567,20 @@ class LocalTritonServer:
 
     def is_ready(self) -> bool:
         """Our own tritonserver is alive, its log shows its services started on our ports, and it
-        answers /v2/health/ready."""
+        answers ready: /v2/health/ready over HTTP, or ServerReady over gRPC with --allow-http=false
+        (with neither service there is nothing to ask, and the log is the answer)."""
         if self.process is None or self.process.poll() is not None or not self._services_started(self.log()):
             return False
-        try:
-            with _NO_PROXY.open(f"http://{self.http_url}/v2/health/ready", timeout=2) as reply:
-                return bool(reply.status == 200)
-        except OSError:
-            return False
+        services = self._ports()
+        if "http" in services:
+            try:
+                with _NO_PROXY.open(f"http://{self.http_url}/v2/health/ready", timeout=2) as reply:
+                    return bool(reply.status == 200)
+            except OSError:
+                return False
+        if "grpc" in services:
+            return _grpc_ready(self.grpc_url)
+        return True
 
     def _wait_ready(self) -> None:
         assert self.process is not None
