@@ -7,14 +7,17 @@ session's providers right after creating it and, when CUDA is missing, say why a
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import importlib.metadata
+import io
 import logging
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,7 +173,7 @@ def create_session(model_path: Path, options: ModelOptions, placement: Placement
         providers = [
             p for p in providers if (p if isinstance(p, str) else p[0]) not in (CUDA_EP, TENSORRT_EP)
         ]
-    session = ort.InferenceSession(str(model_path), _session_options(options), providers=providers)
+    session, ep_error = _new_session(model_path, options, providers)
     if TENSORRT_EP in _names(providers) and TENSORRT_EP not in session.get_providers():
         # ORT's Python API retries without a provider that fails to start, but with default CUDA options
         # (not the instance's stream): never serve that session.
@@ -181,13 +184,73 @@ def create_session(model_path: Path, options: ModelOptions, placement: Placement
             "allow_cuda_fallback is set: running %s on the CUDA EP. %s", model_path.name, diagnosis
         )
         providers = [p for p in providers if _names([p]) != [TENSORRT_EP]]
-        session = ort.InferenceSession(str(model_path), _session_options(options), providers=providers)
+        session, ep_error = _new_session(model_path, options, providers)
     if placement.is_cuda and CUDA_EP not in session.get_providers():
-        diagnosis = diagnose_missing_cuda_provider()
+        diagnosis = diagnose_missing_cuda_provider(ep_error)
         if not options.allow_cpu_fallback:
             raise ProviderError(diagnosis)
         LOGGER.warning("allow_cpu_fallback is set: running %s on CPU. %s", model_path.name, diagnosis)
+    elif placement.is_cuda:
+        asked = next(p[1] for p in providers if not isinstance(p, str) and p[0] == CUDA_EP)
+        differing = cuda_options_not_applied(session.get_provider_options().get(CUDA_EP, {}), asked)
+        if differing:
+            # ORT retried with a default CUDA provider (device 0, its own stream) after an error; serving
+            # that would compute on another device or stream than the one our tensors are ordered on.
+            raise ProviderError(
+                "ONNX Runtime did not start the CUDA provider with the options asked ("
+                + "; ".join(f"{key}: asked {a!r}, got {e!r}" for key, (a, e) in differing.items())
+                + f"): it retried with its defaults after an error{': ' + ep_error if ep_error else ''}. "
+                f"Fix: check the 'cuda' accelerator's parameters against this onnxruntime ({ort.__version__})"
+            )
     return session
+
+
+def _new_session(
+    model_path: Path, options: ModelOptions, providers: list[str | tuple[str, dict[str, str]]]
+) -> tuple[ort.InferenceSession, str]:
+    """The session, and the error ORT printed if a provider failed and ORT retried with fewer providers or
+    default options ("EP Error ... Falling back to ..."), which the checks after this report."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        session = ort.InferenceSession(str(model_path), _session_options(options), providers=providers)
+    # a provider failure while running raises, instead of ORT re-running the request on CPU
+    session.disable_fallback()
+    if printed.getvalue():
+        LOGGER.warning("ONNX Runtime while creating the session: %s", printed.getvalue().strip())
+    return session, ep_error_of(printed.getvalue())
+
+
+def ep_error_of(printed: str) -> str:
+    """The error in ORT's retry notice ("EP Error <error> when using [<providers and options>]"), or ""."""
+    for line in printed.splitlines():
+        if line.startswith("EP Error "):
+            return line.removeprefix("EP Error ").partition(" when using [")[0].strip()
+    return ""
+
+
+# The CUDA EP options that place the session on our device and stream; ORT reports them back in these
+# forms (CUDAExecutionProviderInfo::ToProviderOptions: decimal numbers, bools as 1/0).
+_PLACING_CUDA_OPTIONS = (
+    "device_id",
+    "has_user_compute_stream",
+    "user_compute_stream",
+    "do_copy_in_default_stream",
+)
+
+
+def cuda_options_not_applied(
+    effective: Mapping[str, str], asked: Mapping[str, str]
+) -> dict[str, tuple[str, str]]:
+    """The placing options asked for that the session's CUDA EP does not have: key -> (asked, effective).
+    An option ORT does not report back is not judged."""
+    expected = dict(asked)
+    if asked.get("user_compute_stream", "0") != "0":  # 0, the legacy default stream, is "no stream" to ORT
+        expected.setdefault("has_user_compute_stream", "1")
+    return {
+        key: (expected[key], effective[key])
+        for key in _PLACING_CUDA_OPTIONS
+        if key in expected and key in effective and effective[key] != expected[key]
+    }
 
 
 def session_placement(session: ort.InferenceSession, requested: Placement) -> Placement:
@@ -243,8 +306,9 @@ def _provider_load_error(provider: str = "cuda") -> str | None:
     return lines[-1] if lines else f"loading {library.name} killed the probe (exit {probe.returncode})"
 
 
-def diagnose_missing_cuda_provider() -> str:
-    """Why a session asked for CUDA but has none, and the fix, in words a user can act on."""
+def diagnose_missing_cuda_provider(ep_error: str = "") -> str:
+    """Why a session asked for CUDA but has none, and the fix, in words a user can act on. `ep_error`:
+    the error ORT gave when it dropped the provider, if it gave one."""
     distributions = _installed_ort_distributions()
     available = ort.get_available_providers()
     lines = [
@@ -266,6 +330,12 @@ def diagnose_missing_cuda_provider() -> str:
         lines.append(
             "  cause: this onnxruntime build has no CUDA provider. Fix: install onnxruntime-gpu (built for "
             "your CUDA major version) instead of onnxruntime"
+        )
+    elif ep_error:
+        lines.append(
+            f"  cause: ONNX Runtime could not start the CUDA provider: {ep_error}. Fix: if it names an "
+            "option, check the 'cuda' accelerator's parameters against this onnxruntime version; if it names "
+            "a library, make it loadable (see docs/docker.md)"
         )
     else:
         load_error = _provider_load_error("cuda")

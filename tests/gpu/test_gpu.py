@@ -26,6 +26,13 @@ from tests.repository import build_test_repository
 from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
 from triton_ort.copy_counter import cupti_counts_from_log
 from triton_ort.runner import OutputPlacement
+from triton_ort.session import (
+    CUDA_EP,
+    _new_session,
+    cuda_options_not_applied,
+    cuda_provider_options,
+    diagnose_missing_cuda_provider,
+)
 from triton_ort.stats import ExecuteStats
 from triton_ort.testing.repository import pin_one_instance, read_config, write_config
 from triton_ort.testing.waiting import wait_for
@@ -278,3 +285,29 @@ def test_cuda_shm_requests_through_tritonserver_copy_only_what_the_output_placem
         {"HtoD": 0, "DtoH": 1},
         {"HtoD": 1, "DtoH": 1},
     ], f"CUPTI copies (device placement, auto placement, numpy request): {cupti}"
+
+
+def test_the_cuda_provider_reports_our_device_and_stream_back() -> None:
+    """The check that refuses a CUDA provider ORT created with its defaults (after an error, ORT retries
+    with them): our session reports our options back in the forms the check compares; a default one does
+    not. Also proves the forms: were they wrong, create_session (and every GPU test) would fail."""
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    placement = Placement("cuda", 0, stream.cuda_stream)
+    asked = cuda_provider_options(ModelOptions(), placement)
+    ours = create_session(demo_onnx(), ModelOptions(), placement).get_provider_options()[CUDA_EP]
+    assert cuda_options_not_applied(ours, asked) == {}, ours
+    default = ort.InferenceSession(str(demo_onnx()), providers=[CUDA_EP]).get_provider_options()[CUDA_EP]
+    assert set(cuda_options_not_applied(default, asked)) == {"has_user_compute_stream", "user_compute_stream"}
+
+
+def test_a_cuda_provider_that_fails_to_start_is_named_not_dropped() -> None:
+    """ORT drops a CUDA provider that fails to start (here: a device that does not exist) and prints why;
+    the error reaches our diagnosis instead of a generic 'failed to load'."""
+    providers: list[str | tuple[str, dict[str, str]]] = [
+        ("CUDAExecutionProvider", {"device_id": str(torch.cuda.device_count() + 7)}),
+        "CPUExecutionProvider",
+    ]
+    session, ep_error = _new_session(demo_onnx(), ModelOptions(), providers)
+    assert session.get_providers() == ["CPUExecutionProvider"]
+    assert "device" in ep_error.lower(), ep_error
+    assert f"could not start the CUDA provider: {ep_error}" in diagnose_missing_cuda_provider(ep_error)
