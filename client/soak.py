@@ -9,9 +9,12 @@ Malformed requests (wrong dtype, rank, inner dimension, batch above max_batch_si
 BYTES data) must get the error their kind promises: INVALID_ARGUMENT (HTTP 400) and a message naming it.
 Requests alternate between HTTP and gRPC. The run stops at --requests or --duration, whichever comes first.
 
-The RSS of tritonserver and its python-backend stubs is read from /proc after a warm-up and at the end
-(and their GPU memory from nvidia-smi where there is one). Exit status 1 on any wrong or lost answer, or
-memory growth beyond the thresholds; the summary says which.
+The RSS of tritonserver and its python-backend stubs is read every second after a warm-up (psutil), their
+GPU memory after the warm-up and at the end (nvidia-smi, where there is one). Host memory growth is the rise
+of the RSS floor: the lowest reading of the last third of the run minus the lowest of the first third.
+tritonserver's RSS swings by tens of MiB with the requests in flight (64 of them, some of 8 MB), so two
+single readings differ by that much with no leak; a leak raises the floor. Exit status 1 on any wrong or
+lost answer, or memory growth beyond the thresholds; the summary says which.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -305,6 +308,16 @@ def _server(args: argparse.Namespace) -> Iterator[tuple[str, str, int | None]]:
         yield server.http_url, server.grpc_url, server.process.pid
 
 
+def floor_growth(readings: Sequence[int]) -> int | None:
+    """How far the floor of `readings` (in time order) rose: the lowest of the last third minus the lowest
+    of the first third. Transient memory (requests in flight) lifts single readings, not the floor; a leak
+    lifts the floor. None with fewer than two readings."""
+    if len(readings) < 2:
+        return None
+    third = max(1, len(readings) // 3)
+    return min(readings[-third:]) - min(readings[:third])
+
+
 def _mib(value: int | None) -> str:
     return "n/a" if value is None else f"{value / MIB:.1f} MiB"
 
@@ -314,11 +327,12 @@ def summarise(
     elapsed_s: float,
     before: MemorySnapshot | None,
     after: MemorySnapshot | None,
+    rss_readings: Sequence[int],
     ready: bool,
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     latencies = sorted(tally.latencies)
-    rss_growth = None if before is None or after is None else after.rss_total - before.rss_total
+    rss_growth = floor_growth(rss_readings)
     gpu_growth = None
     if before is not None and after is not None and before.gpu_total is not None:
         gpu_growth = (after.gpu_total or 0) - before.gpu_total
@@ -353,6 +367,10 @@ def summarise(
         "rss_after_warmup_mib": None if before is None else round(before.rss_total / MIB, 1),
         "rss_end_mib": None if after is None else round(after.rss_total / MIB, 1),
         "rss_growth_mib": None if rss_growth is None else round(rss_growth / MIB, 1),
+        "rss_readings": len(rss_readings),
+        "rss_range_mib": [round(min(rss_readings) / MIB, 1), round(max(rss_readings) / MIB, 1)]
+        if rss_readings
+        else None,
         "rss_by_process_mib": None
         if after is None
         else {str(pid): round(rss / MIB, 1) for pid, rss in sorted(after.rss.items())},
@@ -384,7 +402,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         print(f"  problem: {problem}")
     print(
         f"tritonserver + stubs RSS: {summary['rss_after_warmup_mib']} MiB after warm-up, "
-        f"{summary['rss_end_mib']} MiB at the end (growth {summary['rss_growth_mib']} MiB); "
+        f"{summary['rss_end_mib']} MiB at the end; {summary['rss_readings']} readings in "
+        f"{summary['rss_range_mib']} MiB, floor growth {summary['rss_growth_mib']} MiB; "
         f"GPU: {summary['gpu_after_warmup_mib']} -> {summary['gpu_end_mib']} MiB"
     )
     print("PASSED" if summary["passed"] else "FAILED: " + "; ".join(summary["failures"]), flush=True)
@@ -414,7 +433,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-gpu-growth-mib", type=float, default=64.0)
     parser.add_argument("--tolerance", type=float, default=1e-3, help="rtol and atol (TF32 on GPUs)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sample-every", type=float, default=10.0, help="seconds between memory readings")
+    parser.add_argument("--sample-every", type=float, default=1.0, help="seconds between RSS readings")
+    parser.add_argument("--print-every", type=float, default=10.0, help="seconds between progress lines")
     parser.add_argument("--json", type=Path, help="also write the summary here")
     return parser.parse_args(argv)
 
@@ -454,20 +474,32 @@ def main(argv: list[str] | None = None) -> int:
         if server_pid is None:
             print("memory not measured: give --server-pid (or use --local)", flush=True)
         baseline: list[MemorySnapshot] = []
-
-        samples: list[list[float]] = []
+        rss_readings: list[int] = []  # after the warm-up, every --sample-every seconds, then at the end
+        samples: list[list[float]] = []  # the printed progress lines' readings, for the JSON summary
+        next_print = args.print_every
 
         def take_baseline() -> None:
             if server_pid is not None:
                 baseline.append(MemorySnapshot.of(server_pid))
+                rss_readings.append(baseline[0].rss_total)
 
         def take_sample(tally: Tally) -> None:
+            nonlocal next_print
             elapsed_s = round(time.monotonic() - started, 1)
+            printing = elapsed_s >= next_print
+            reading = None
+            if server_pid is not None and (printing or baseline):
+                # nvidia-smi only for the printed lines: it takes tens of ms on the event loop
+                reading = MemorySnapshot.of(server_pid, with_gpu=printing)
+                if baseline:
+                    rss_readings.append(reading.rss_total)
+            if not printing:
+                return
+            next_print += args.print_every
             counts = f"sent {tally.sent}, wrong {tally.count('wrong')}, lost {tally.count('lost')}"
-            if server_pid is None:
+            if reading is None:
                 tqdm.write(f"[{elapsed_s:7.1f} s] {counts}")
                 return
-            reading = MemorySnapshot.of(server_pid)
             gpu = None if reading.gpu_total is None else round(reading.gpu_total / MIB, 1)
             samples.append([elapsed_s, round(reading.rss_total / MIB, 1), *([] if gpu is None else [gpu])])
             tqdm.write(
@@ -490,8 +522,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         elapsed = time.monotonic() - started
         end = MemorySnapshot.of(server_pid) if server_pid is not None else None
+        if end is not None and baseline:
+            rss_readings.append(end.rss_total)
         ready = bool(client.is_server_ready()) and bool(client.is_model_ready(args.model))
-    summary = summarise(tally, elapsed, baseline[0] if baseline else None, end, ready, args)
+    summary = summarise(tally, elapsed, baseline[0] if baseline else None, end, rss_readings, ready, args)
     summary["host"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
     summary["memory_samples"] = {"columns": ["elapsed_s", "rss_mib", "gpu_mib"], "rows": samples}
     _print_summary(summary)

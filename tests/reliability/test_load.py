@@ -142,7 +142,9 @@ def test_soak_ci_size(tmp_path: Path) -> None:
     measured(
         f"soak (CI size): {summary['sent']} requests in {summary['elapsed_s']} s at concurrency 64, "
         f"{summary['ok']} ok, {summary['expected_errors']} intended errors, {summary['wrong']} wrong, "
-        f"{summary['lost']} lost; RSS {summary['rss_after_warmup_mib']} -> {summary['rss_end_mib']} MiB"
+        f"{summary['lost']} lost; RSS {summary['rss_after_warmup_mib']} -> {summary['rss_end_mib']} MiB, "
+        f"{summary['rss_readings']} readings in {summary['rss_range_mib']} MiB, floor growth "
+        f"{summary['rss_growth_mib']} MiB"
     )
     assert finished.returncode == 0, output
     assert summary["wrong"] == 0 and summary["lost"] == 0, summary["problems"]

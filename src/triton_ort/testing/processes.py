@@ -92,9 +92,10 @@ class MemorySnapshot:
         return None if self.gpu is None else sum(self.gpu.values())
 
     @classmethod
-    def of(cls, server_pid: int) -> MemorySnapshot:
+    def of(cls, server_pid: int, with_gpu: bool = True) -> MemorySnapshot:
+        """Read now; `with_gpu=False` skips nvidia-smi (gpu None), for frequent RSS-only readings."""
         pids = [server_pid, *descendants(server_pid)]
-        gpu = gpu_memory_by_pid()
+        gpu = gpu_memory_by_pid() if with_gpu else None
         return cls(
             rss={pid: rss_bytes(pid) for pid in pids},
             gpu=None if gpu is None else {pid: gpu.get(pid, 0) for pid in pids},
