@@ -138,11 +138,14 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[str, str], str]:
 
 
 def _parse_warmup(what: str, raw: str) -> tuple[int, ...]:
-    # Not _parse_bool: "1" is a batch size here, and "yes"/"on" would read as a list of one size.
-    accepted = "expected true, false, or batch sizes separated by commas, such as 1,8,64"
+    # A boolean (as _parse_bool reads one: configs written when warmup was only on/off keep working) or
+    # batch sizes; "1" means the same either way.
+    accepted = "expected true/false (1/0, on/off, yes/no), or batch sizes separated by commas, such as 1,8,64"
     text = raw.strip().lower()
-    if text in ("true", "false"):
-        return (1,) if text == "true" else ()
+    if text in ("true", "on", "yes"):
+        return (1,)
+    if text in ("false", "off", "no", "0"):
+        return ()
     try:
         sizes = [int(part) for part in text.split(",")]
     except ValueError:

@@ -73,7 +73,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         root,
         "bad_warmup",
         multi_io,
-        TWO_LINE + 'parameters { key: "warmup" value { string_value: "yes" } }\n',
+        TWO_LINE + 'parameters { key: "warmup" value { string_value: "sometimes" } }\n',
     )
     _model(root, "no_onnx", None, TWO_LINE)
     return root
@@ -196,7 +196,7 @@ def test_warmup_runs_our_batch_sizes_and_tritons_samples_before_ready(server: Lo
     ("model", "expected"),
     [
         ("conflict", ["input 'a': config says FP32, the ONNX file says FP16", "axis 1 is 5 in config.pbtxt"]),
-        ("bad_warmup", ["parameter 'warmup': 'yes' is not valid", "such as 1,8,64"]),
+        ("bad_warmup", ["parameter 'warmup': 'sometimes' is not valid", "such as 1,8,64"]),
         ("no_onnx", ["model.onnx does not exist", "parameter onnx_file"]),
     ],
 )

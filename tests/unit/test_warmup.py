@@ -15,7 +15,19 @@ from triton_ort.instance import check_warmup_batch_sizes
 
 @pytest.mark.parametrize(
     ("raw", "sizes"),
-    [("true", (1,)), ("False", ()), ("1", (1,)), ("1,8,64", (1, 8, 64)), (" 8, 1 ,8 ", (8, 1))],
+    [
+        ("true", (1,)),
+        ("False", ()),
+        ("1", (1,)),
+        ("1,8,64", (1, 8, 64)),
+        (" 8, 1 ,8 ", (8, 1)),
+        # the boolean words configs used when warm-up was only on or off
+        ("on", (1,)),
+        ("Yes", (1,)),
+        ("off", ()),
+        ("no", ()),
+        ("0", ()),
+    ],
 )
 def test_warmup_values(raw: str, sizes: tuple[int, ...]) -> None:
     assert parse_options({"warmup": raw}).warmup == sizes
@@ -25,17 +37,17 @@ def test_warmup_is_on_at_batch_size_one_by_default() -> None:
     assert parse_options({}).warmup == (1,)
 
 
-@pytest.mark.parametrize("raw", ["yes", "on", "", "1;8", "8 16", "1.5", "one"])
+@pytest.mark.parametrize("raw", ["sometimes", "enabled", "", "1;8", "8 16", "1.5", "one"])
 def test_garbage_names_key_value_and_the_format(raw: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_options({"warmup": raw})
     assert str(caught.value) == (
         f"parameter 'warmup': {raw!r} is not valid; "
-        "expected true, false, or batch sizes separated by commas, such as 1,8,64"
+        "expected true/false (1/0, on/off, yes/no), or batch sizes separated by commas, such as 1,8,64"
     )
 
 
-@pytest.mark.parametrize("raw", ["0", "8,-1"])
+@pytest.mark.parametrize("raw", ["8,0", "8,-1", "-1"])
 def test_batch_sizes_below_one_are_refused(raw: str) -> None:
     with pytest.raises(ConfigError, match=rf"parameter 'warmup': '{raw}' has a batch size below 1"):
         parse_options({"warmup": raw})
