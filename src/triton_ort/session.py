@@ -191,7 +191,7 @@ def create_session(model_path: Path, options: ModelOptions, placement: Placement
             raise ProviderError(diagnosis)
         LOGGER.warning("allow_cpu_fallback is set: running %s on CPU. %s", model_path.name, diagnosis)
     elif placement.is_cuda:
-        asked = next(p[1] for p in providers if not isinstance(p, str) and p[0] == CUDA_EP)
+        asked = cuda_provider_options(options, placement)
         differing = cuda_options_not_applied(session.get_provider_options().get(CUDA_EP, {}), asked)
         if differing:
             # ORT retried with a default CUDA provider (device 0, its own stream) after an error; serving
@@ -210,14 +210,15 @@ def _new_session(
 ) -> tuple[ort.InferenceSession, str]:
     """The session, and the error ORT printed if a provider failed and ORT retried with fewer providers or
     default options ("EP Error ... Falling back to ..."), which the checks after this report."""
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):
         session = ort.InferenceSession(str(model_path), _session_options(options), providers=providers)
     # a provider failure while running raises, instead of ORT re-running the request on CPU
     session.disable_fallback()
-    if printed.getvalue():
-        LOGGER.warning("ONNX Runtime while creating the session: %s", printed.getvalue().strip())
-    return session, ep_error_of(printed.getvalue())
+    printed = captured.getvalue()
+    if printed:
+        LOGGER.warning("ONNX Runtime while creating the session: %s", printed.strip())
+    return session, ep_error_of(printed)
 
 
 def ep_error_of(printed: str) -> str:

@@ -46,13 +46,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
 
-import psutil
+import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import model_config_pb2
+from tritonclient.utils import InferenceServerException
 
 from triton_ort.backend import BACKEND_NAME
 from triton_ort.backend import install as install_zerocopy_backend
+from triton_ort.testing.processes import alive
 from triton_ort.testing.repository import read_config
 
 # Header that unlocks the restricted APIs (logging, trace); its value is LocalTritonServer.admin_key.
@@ -109,26 +111,20 @@ def _kill_group(process: subprocess.Popen[bytes] | None) -> None:
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def remove_orphaned_workdirs() -> list[Path]:
+def remove_orphaned_workdirs() -> None:
     """Remove the temp-dir work folders of our launchers that died without cleaning up (SIGKILL leaves
     them: nobody is left to remove them). A folder counts as orphaned when it is ours (same user) and the
     pid in its name is not running; a reused pid keeps its folder until that process ends too."""
-    removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*_*"):
         pid_text = folder.name.removeprefix(WORKDIR_PREFIX).split("_", 1)[0]
         with contextlib.suppress(OSError):
             ours = folder.stat().st_uid == os.getuid()
-            if ours and pid_text.isdigit() and not psutil.pid_exists(int(pid_text)):
+            if ours and pid_text.isdigit() and not alive(int(pid_text)):
                 shutil.rmtree(folder)
-                removed.append(folder)
-    return removed
 
 
 def _grpc_ready(url: str) -> bool:
     """ServerReady over gRPC, bypassing any http_proxy/grpc_proxy (our server is on loopback)."""
-    import tritonclient.grpc as grpcclient  # imported here: only servers without HTTP need it
-    from tritonclient.utils import InferenceServerException
-
     client = grpcclient.InferenceServerClient(url, channel_args=[("grpc.enable_http_proxy", 0)])
     try:
         return bool(client.is_server_ready(client_timeout=2))
