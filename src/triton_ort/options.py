@@ -104,12 +104,16 @@ class ModelOptions:
 # every error names it, the value and what is accepted -------
 
 
+# The native backend accepts true/on/1 and false/off/0 in any case (backend_common.cc ParseBoolValue).
+_TRUE_WORDS = ("1", "true", "yes", "on")
+_FALSE_WORDS = ("0", "false", "no", "off")
+
+
 def _parse_bool(what: str, raw: str) -> bool:
-    # The native backend accepts true/on/1 and false/off/0 in any case (backend_common.cc ParseBoolValue).
     lowered = raw.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
+    if lowered in _TRUE_WORDS:
         return True
-    if lowered in ("0", "false", "no", "off"):
+    if lowered in _FALSE_WORDS:
         return False
     raise ConfigError(f"{what}: {raw!r} is not a boolean (expected true/false, 1/0 or on/off)")
 
@@ -139,12 +143,12 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[str, str], str]:
 
 def _parse_warmup(what: str, raw: str) -> tuple[int, ...]:
     # A boolean (as _parse_bool reads one: configs written when warmup was only on/off keep working) or
-    # batch sizes; "1" means the same either way.
+    # batch sizes; "1" means batch size 1 either way.
     accepted = "expected true/false (1/0, on/off, yes/no), or batch sizes separated by commas, such as 1,8,64"
     text = raw.strip().lower()
-    if text in ("true", "on", "yes"):
+    if text in _TRUE_WORDS:
         return (1,)
-    if text in ("false", "off", "no", "0"):
+    if text in _FALSE_WORDS:
         return ()
     try:
         sizes = [int(part) for part in text.split(",")]
