@@ -83,6 +83,9 @@ def bench_variants(name: str) -> dict[str, Serving]:
         f"{name}_naive": Serving(NAIVE_MODEL_PY, instances, delay),
         f"{name}_null_host": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "host"),)),
         f"{name}_null_device": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "device"),)),
+        # What a host output's form costs Triton (client.profile_stub): torch CPU, pinned, via DLPack.
+        f"{name}_null_hostdl": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "hostdl"),)),
+        f"{name}_null_pinned": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "pinned"),)),
     }
     for count, queue_delay in SWEEP:
         variants[f"{name}_i{count}_d{queue_delay}"] = Serving(ZERO_COPY_MODEL_PY, count, queue_delay)
