@@ -54,7 +54,8 @@ def ort_log_severity(logger: logging.Logger = LOGGER) -> int:
     otherwise.
 
     ORT writes its log straight to the process's stderr, ANSI-coloured whether or not that is a terminal,
-    and its Python API in 1.20 and 1.31 has no way to hand the lines to `logging`. Its warnings are about
+    and its Python API has no way to hand the lines to `logging` before 1.32 (set_default_logger_callback;
+    the image has 1.20, the GPU host 1.31). Its warnings are about
     ORT's own choices (unused initializers, "No registered plugin EP device found", nodes left on CPU);
     what matters to a user (a provider that did not start, a retry with other options) create_session
     checks and reports itself. An ORT error still reaches stderr, and Triton's log inside the stub.
