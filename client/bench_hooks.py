@@ -60,8 +60,9 @@ def _example_hooks() -> ModuleType:
 def linear_onnx(path: Path) -> Path:
     """logits[b, 2] = x[b, 2010] @ W: the demo's signature with almost no compute."""
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
+
+    from triton_ort.onnx_files import save_model
 
     weights = np.random.default_rng(0).standard_normal((2010, 2)).astype(np.float32) / 45
     graph = helper.make_graph(
@@ -71,8 +72,8 @@ def linear_onnx(path: Path) -> Path:
         [helper.make_tensor_value_info("np_logits", TensorProto.FLOAT, ["batch", 2])],
         initializer=[numpy_helper.from_array(weights, "w")],
     )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
+    # pinned IR: the GPU host's onnx writes IR 14 by default, which its ORT 1.31.1 does not read
+    return save_model(graph, path)
 
 
 def _config(onnx_file: Path) -> dict[str, Any]:
