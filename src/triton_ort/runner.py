@@ -99,7 +99,7 @@ plan is never evicted: its graph replays on the addresses of its buffers."""
 
 
 def _signature(tensors: Mapping[str, torch.Tensor]) -> Signature:
-    return tuple((name, tensor.dtype, tuple(tensor.shape)) for name, tensor in tensors.items())
+    return tuple((name, tensor.dtype, tensor.shape) for name, tensor in tensors.items())  # Size: a tuple
 
 
 @dataclass
