@@ -44,7 +44,8 @@ class TritonPythonModel:
                     zeros = torch.zeros([rows, *dims], dtype=torch_dtype, device=self.device)
                     torch.cuda.current_stream(self.device).synchronize()
                 else:
-                    zeros = torch.zeros([rows, *dims], dtype=torch_dtype, pin_memory=self.mode == "pinned" and torch.cuda.is_available())
+                    pinned = self.mode == "pinned" and torch.cuda.is_available()
+                    zeros = torch.zeros([rows, *dims], dtype=torch_dtype, pin_memory=pinned)
                 tensors.append(pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(zeros)))
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
         return responses

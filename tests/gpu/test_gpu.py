@@ -24,6 +24,7 @@ from tests import graphs
 from tests.paths import Tolerance, demo_onnx
 from tests.repository import build_test_repository
 from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
+from triton_ort import runner as runner_module
 from triton_ort.copy_counter import cupti_counts_from_log
 from triton_ort.runner import OutputPlacement
 from triton_ort.session import (
@@ -183,6 +184,32 @@ def test_cuda_graphs_replay_right_answers_for_each_shape(placement: str) -> None
             stream.synchronize()
             want = cpu_reference(demo_onnx(), {"np_script_embeddings": fresh})["np_logits"]
             np.testing.assert_allclose(out.cpu().numpy(), want, **TF32, err_msg=f"{rows} rows")
+
+
+def test_graph_plans_past_the_limit_and_repeats_in_one_execute_answer_right(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Signatures past MAX_CUDA_GRAPHS run as ordinary plans, and a captured signature run twice in one
+    execute runs the second time as a spare plan (no graph): every answer stays right and none is
+    overwritten by a later run."""
+    monkeypatch.setattr(runner_module, "MAX_CUDA_GRAPHS", 2)
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    where = Placement("cuda", 0, stream.cuda_stream)
+    runner = IOBindingRunner(
+        create_session(demo_onnx(), ModelOptions(cuda_graph=True), where), where, cuda_graph=True
+    )
+    for _ in range(3):
+        runner.begin_execute()
+        answers = []
+        for rows in (4, 8, 16, 4):  # 16 is past the limit; 4 repeats within the execute
+            x = torch.randn(rows, 2010, device="cuda")
+            with torch.cuda.stream(stream):
+                answers.append((x, runner.run({"np_script_embeddings": x})["np_logits"]))
+        stream.synchronize()
+        for x, out in answers:
+            want = cpu_reference(demo_onnx(), {"np_script_embeddings": x})["np_logits"]
+            np.testing.assert_allclose(out.cpu().numpy(), want, **TF32, err_msg=f"{len(x)} rows")
+    assert runner.plan_count == 3  # two captured plans and one ordinary
 
 
 def _with_placement(repository: Path, name: str, placement: str) -> None:
