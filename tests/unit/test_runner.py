@@ -235,3 +235,41 @@ def test_plans_keep_data_dependent_outputs_right_across_shapes(tmp_path: Path) -
         runner.begin_execute()  # one signature, answers of different sizes
         got = runner.run({"x": x})["indices"]
         np.testing.assert_array_equal(got.numpy(), session_run(path, {"x": x.numpy()})["indices"])
+
+
+def python_backend_accepts(tensor: torch.Tensor) -> bool:
+    """pb_utils.Tensor.from_dlpack's layout check (python_backend src/pb_tensor.cc, r23.12 and r24.10):
+    every axis but the first whose size is not 1 must have the C-order stride, empty axes included."""
+    expected = 1
+    for size, stride in zip(reversed(tensor.shape[1:]), reversed(tensor.stride()[1:]), strict=True):
+        if size != 1:
+            if stride != expected:
+                return False
+            expected *= size
+    return True
+
+
+def test_an_empty_ort_allocated_output_has_strides_the_python_backend_accepts(tmp_path: Path) -> None:
+    """NonZero finding nothing: ORT hands back [2, 0] with strides (0, 0) through DLPack, which
+    pb_utils.Tensor.from_dlpack refused ('DLPack tensor is not contiguous')."""
+    path = graphs.nonzero(tmp_path / "nz.onnx")
+    runner = runner_for(path)
+    for execute in range(2):  # a plan's first run and its cached one
+        runner.begin_execute()
+        got = runner.run({"x": torch.zeros(3, 4)})["indices"]
+        assert got.shape == session_run(path, {"x": np.zeros((3, 4), np.float32)})["indices"].shape == (2, 0)
+        assert got.dtype == torch.int64
+        assert python_backend_accepts(got), (execute, got.stride())
+        dlpack_view = torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(got))
+        assert python_backend_accepts(dlpack_view)
+    found = runner.run({"x": torch.ones(1, 4)})["indices"]  # and a non-empty answer is still the data
+    np.testing.assert_array_equal(found.numpy(), [[0, 0, 0, 0], [0, 1, 2, 3]])
+
+
+def test_an_empty_preallocated_output_has_strides_the_python_backend_accepts(tmp_path: Path) -> None:
+    path = graphs.pairwise_add(tmp_path / "add.onnx")  # z[batch, n]: allocated by the plan
+    runner = runner_for(path)
+    runner.begin_execute()
+    for rows, width in ((3, 0), (0, 5), (0, 0)):
+        got = runner.run({"x": torch.ones(rows, width), "y": torch.ones(rows, width)})["z"]
+        assert got.shape == (rows, width) and python_backend_accepts(got), got.stride()
