@@ -54,7 +54,8 @@ def bert_encoder(path: Path) -> Path:
         max_position_embeddings=64,
     )
     torch.manual_seed(0)
-    bert = transformers.BertModel(config).eval()
+    bert = transformers.BertModel(config)
+    bert.train(False)  # inference: no dropout
 
     class Encoder(torch.nn.Module):
         """Keyword arguments only: transformers 5's forward has more positional ones than an export passes."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,7 @@ def _check_answers(
         for name in names:
             compare(name, got[name], want[name])
 
-    _concurrently([lambda p=p, r=r: one(p, r) for p in PROTOCOLS for r in requests])
+    _concurrently([partial(one, p, r) for p in PROTOCOLS for r in requests])
 
 
 def _close(name: str, got: NDArray[Any], want: NDArray[Any]) -> None:
@@ -180,7 +181,7 @@ def test_interleaved_sequences_under_the_sequence_batcher_get_their_own_running_
                 sequence_end=last,
             )
             got = {name: result.as_numpy(name) for name in names}
-            controls = {
+            controls: dict[str, NDArray[Any]] = {
                 "START": np.full((1, 1), int(index == 0), np.int32),
                 "END": np.full((1, 1), int(last), np.int32),
                 "CORRID": np.full((1, 1), wire_id, np.uint64),
@@ -192,4 +193,4 @@ def test_interleaved_sequences_under_the_sequence_batcher_get_their_own_running_
             np.testing.assert_allclose(got["total"], [[values[: index + 1].sum()]], rtol=1e-5)
             state = got["total"]
 
-    _concurrently([lambda p=p, s=s: sequence(p, s) for p in PROTOCOLS for s in steps])
+    _concurrently([partial(sequence, p, s) for p in PROTOCOLS for s in steps])
