@@ -111,3 +111,15 @@ def blowup(path: Path) -> Path:
         ],
     )
     return save(graph, path)
+
+
+def strings_beside_numbers(path: Path) -> Path:
+    """s string[b] -> t = s (strings out); x float[b,2] -> y = x + x (numbers beside them)."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["s"], ["t"]), helper.make_node("Add", ["x", "x"], ["y"])],
+        "strings_beside_numbers",
+        [v("s", TensorProto.STRING, ["batch"]), v("x", TensorProto.FLOAT, ["batch", 2])],
+        [v("t", TensorProto.STRING, ["batch"]), v("y", TensorProto.FLOAT, ["batch", 2])],
+    )
+    return save(graph, path)

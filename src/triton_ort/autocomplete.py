@@ -14,7 +14,13 @@ applies to a config that may already be partly written:
 - dynamic_batching is switched on when max_batch_size ends up above 1 and no scheduler is configured.
 - Inputs: every ONNX input. Outputs: every ONNX output when the config lists none; when it lists some, those
   are the outputs served (a deliberate subset), and only their missing fields are filled.
-- Dims leave out the batch axis when max_batch_size > 0; an open axis is -1.
+- Dims leave out the batch axis when max_batch_size > 0; an open axis is -1. A tensor that is only the
+  batch axis (an ONNX shape [N], such as a scikit-learn classifier's label) gets `dims: [1]` and
+  `reshape: { shape: [] }`, as the native backend writes it (onnxruntime.cc, AutoCompleteIO): Triton refuses
+  empty dims, and applies the reshape itself on the way in and out.
+- An explicit `max_batch_size: 0` reads as unset (protobuf cannot tell them apart), as in the native
+  backend, which logs a warning when it fills one in; so does this.
+- Inputs that the sequence batcher supplies (its control inputs) are not request inputs: left out.
 - What the config states is kept as it is, even where the ONNX file contradicts it: ModelInstance checks
   the completed config against the file at load (signature.check_config) and lists every difference.
   Auto-complete itself never fails on a conflict, because Triton's python backend 23.12 left the load
@@ -23,17 +29,21 @@ applies to a config that may already be partly written:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import onnx
 
 from .dtypes import ELEMENT_TYPES, ElementType, from_onnx_type
 from .errors import ConfigError
 from .options import parameters_from_model_config, parse_options
-from .signature import Dim, TensorSpec
+from .sequence import control_inputs
+from .signature import Dim, TensorSpec, served_dims
+
+LOGGER = logging.getLogger(__name__)
 
 DEFAULT_MAX_BATCH_SIZE = 4
 """max_batch_size given to a batchable model whose config does not set one (the native ONNX Runtime
@@ -49,7 +59,8 @@ class CompletedConfig:
 
     max_batch_size: int
     inputs: tuple[dict[str, Any], ...]
-    """Entries for ModelConfig.add_input: name, data_type (TYPE_...), dims (without the batch axis)."""
+    """Entries for ModelConfig.add_input: name, data_type (TYPE_...), dims (without the batch axis), and
+    `reshape` ({"shape": []}) for a tensor that is only the batch axis."""
     outputs: tuple[dict[str, Any], ...]
     dynamic_batching: bool
     """Whether to call ModelConfig.set_dynamic_batching."""
@@ -118,8 +129,8 @@ def _config_ranks(model_config: Mapping[str, Any], specs: Mapping[str, TensorSpe
     seen = set()
     for entry in [*model_config.get("input", []), *model_config.get("output", [])]:
         spec = specs.get(str(entry.get("name")))
-        dims = entry.get("dims") or []
-        if spec is None or not dims:
+        dims = served_dims(entry) if entry.get("reshape") is not None else entry.get("dims") or []
+        if spec is None or not (dims or entry.get("reshape") is not None):
             continue
         if len(dims) == len(spec.shape):
             seen.add("full")
@@ -137,6 +148,15 @@ def _max_batch_size(
     ranks = _config_ranks(model_config, {spec.name: spec for spec in inputs + outputs})
     if ranks == {"full"}:
         return 0  # the config describes whole tensors: it wants no batch axis
+    # The native backend's warning (onnxruntime.cc, AutoCompleteMaxBatch), with how to say "no batching".
+    LOGGER.warning(
+        "autofilled max_batch_size to %d for model '%s' since batching is supported but no max_batch_size "
+        "is specified in model configuration (an explicit max_batch_size: 0 reads as unspecified). Must "
+        "specify max_batch_size to utilize autofill with a larger max batch size; for a model that must "
+        "not batch, write max_batch_size: 0 and its inputs' dims with the batch axis, e.g. dims: [ -1, ... ]",
+        DEFAULT_MAX_BATCH_SIZE,
+        model_config.get("name", ""),
+    )
     return DEFAULT_MAX_BATCH_SIZE
 
 
@@ -149,11 +169,16 @@ def _entry(spec: TensorSpec, configured: Mapping[str, Any] | None, max_batch_siz
     """The complete entry: the config's own data_type and dims where it has them, the file's elsewhere."""
     data_type = str((configured or {}).get("data_type") or "TYPE_INVALID")
     dims = [int(d) for d in (configured or {}).get("dims") or []]
-    return {
+    entry: dict[str, Any] = {
         "name": spec.name,
         "data_type": f"TYPE_{spec.element_type.triton_name}" if data_type == "TYPE_INVALID" else data_type,
         "dims": dims or _dims(spec, max_batch_size),
     }
+    if not entry["dims"]:  # Triton refuses empty dims
+        entry["dims"] = [1]
+        if max_batch_size > 0 and (configured or {}).get("reshape") is None:
+            entry["reshape"] = {"shape": []}  # Triton refuses an empty reshape without batching
+    return entry
 
 
 def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> CompletedConfig:
@@ -177,7 +202,12 @@ def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> Compl
 
     configured_inputs = {str(e["name"]): e for e in model_config.get("input", [])}
     configured_outputs = {str(e["name"]): e for e in model_config.get("output", [])}
-    completed_inputs = [_entry(spec, configured_inputs.get(spec.name), max_batch_size) for spec in inputs]
+    controls = control_inputs(model_config)
+    completed_inputs = [
+        _entry(spec, configured_inputs.get(spec.name), max_batch_size)
+        for spec in inputs
+        if spec.name not in controls
+    ]
     served_outputs = [s for s in outputs if not configured_outputs or s.name in configured_outputs]
     completed_outputs = [_entry(s, configured_outputs.get(s.name), max_batch_size) for s in served_outputs]
 
@@ -188,3 +218,41 @@ def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> Compl
         outputs=tuple(completed_outputs),
         dynamic_batching=max_batch_size > 1 and not has_scheduler,
     )
+
+
+class AutoCompleteModelConfig(Protocol):
+    """What of pb_utils.ModelConfig auto-complete uses (python_backend triton_python_backend_utils.py)."""
+
+    def as_dict(self) -> dict[str, Any]: ...
+
+    def set_max_batch_size(self, max_batch_size: int) -> None: ...
+
+    def add_input(self, input: dict[str, Any]) -> None: ...  # pb_utils names it `input`
+
+    def add_output(self, output: dict[str, Any]) -> None: ...
+
+    def set_dynamic_batching(self) -> None: ...
+
+
+def apply_completed(target: AutoCompleteModelConfig, completed: CompletedConfig) -> None:
+    """Write a CompletedConfig into Triton's auto-complete object.
+
+    add_input/add_output take only name, data_type, dims (and optional) on every python backend from 23.12
+    to 24.10 and main (triton_python_backend_utils.py, their `valid_properties`): a `reshape` key makes them
+    raise. The stub sends back the whole dictionary that as_dict() returns, not a copy (pb_stub.cc r23.12,
+    AutoCompleteModelConfig: json.dumps(model_config._model_config)), so the reshape is written into the
+    entry there. Were a later release to hand out a copy, the reshape would be lost and the load would fail
+    in signature.check_config naming the line to add: a refused load, never a wrong answer."""
+    target.set_max_batch_size(completed.max_batch_size)
+    for kind, entries, add in (
+        ("input", completed.inputs, target.add_input),
+        ("output", completed.outputs, target.add_output),
+    ):
+        for entry in entries:
+            add({key: value for key, value in entry.items() if key != "reshape"})
+            if "reshape" in entry:
+                for written in target.as_dict().get(kind, []):
+                    if written.get("name") == entry["name"] and written.get("reshape") is None:
+                        written["reshape"] = entry["reshape"]
+    if completed.dynamic_batching:
+        target.set_dynamic_batching()

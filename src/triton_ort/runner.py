@@ -451,7 +451,14 @@ def _ortvalue_to_torch(value: Any, device: torch.device) -> torch.Tensor:
     """An ORT-allocated output as a torch tensor that keeps the OrtValue alive, without a host copy."""
     c_value = value._ortvalue if hasattr(value, "_ortvalue") else value
     if hasattr(c_value, "to_dlpack"):
-        return torch.utils.dlpack.from_dlpack(c_value.to_dlpack())
+        tensor = torch.utils.dlpack.from_dlpack(c_value.to_dlpack())
+        if tensor.numel() == 0:
+            # ORT's DLPack gives an empty tensor strides of 0 (NonZero finding nothing: [2, 0], (0, 0)),
+            # which pb_utils.Tensor.from_dlpack refuses as not C-contiguous (pb_tensor.cc checks every axis
+            # that is not 1, empty ones too), and torch's .contiguous() keeps them. An empty tensor of
+            # torch's own has C strides, and there is no data to copy.
+            return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+        return tensor
     if value.device_name().lower() == "cpu":
         return torch.from_numpy(value.numpy())
     # The session's own device: a bare "cuda" would mean the current device, and a copy to it.

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from .dtypes import ElementType, from_onnx_type, from_triton_type
 from .errors import ConfigError
+from .sequence import ControlInput, check_sequence_batching, control_inputs
 
 Dim = int | str | None  # a static size, a symbolic axis name, or unknown
 
@@ -49,6 +50,29 @@ def _shape_text(shape: Sequence[Dim]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
+def served_dims(entry: Mapping[str, Any]) -> list[int]:
+    """The dims the model sees for a config entry, without the batch axis: its `reshape.shape` where it has
+    one, else its `dims`. Triton applies a reshape itself, to inputs before they reach the backend and to
+    outputs after (core r23.12 infer_request.cc Normalize, infer_response.cc Output::Reshape), as a change
+    of shape only: the model gets and returns the reshaped tensors, no data moves."""
+    reshape = entry.get("reshape")
+    return [int(d) for d in (reshape.get("shape", []) if reshape is not None else entry.get("dims", []))]
+
+
+def _rank_fix(spec: TensorSpec, entry: Mapping[str, Any], max_batch_size: int) -> str:
+    """The config line that serves a tensor whose config rank differs from the file's."""
+    if not spec.shape:
+        return (
+            "; a scalar cannot be served without a batch axis (Triton refuses an empty reshape when "
+            "max_batch_size is 0): export it with shape [1]"
+        )
+    if max_batch_size > 0 and len(spec.shape) == 1 and entry.get("reshape") is None:
+        # Only the batch axis: Triton refuses empty dims, so the native onnxruntime backend's form.
+        return f'; write it as {{ name: "{spec.name}" ... dims: [ 1 ] reshape: {{ shape: [ ] }} }}'
+    inner = [d if isinstance(d, int) else -1 for d in spec.shape[1 if max_batch_size > 0 else 0 :]]
+    return f"; its dims should be {inner}" if inner else ""
+
+
 def _compare(kind: str, spec: TensorSpec, entry: Mapping[str, Any], max_batch_size: int) -> list[str]:
     problems = []
     where = f"{kind} {spec.name!r}"
@@ -58,13 +82,15 @@ def _compare(kind: str, spec: TensorSpec, entry: Mapping[str, Any], max_batch_si
             f"{where}: config says {config_type.triton_name}, "
             f"the ONNX file says {spec.element_type.triton_name} ({spec.element_type.onnx_name})"
         )
-    dims = [int(d) for d in entry.get("dims", [])]
+    dims = served_dims(entry)
     batch: list[int] = [-1] if max_batch_size > 0 else []
     config_shape = batch + dims
     if len(config_shape) != len(spec.shape):
+        named = "reshape" if entry.get("reshape") is not None else "dims"
         problems.append(
-            f"{where}: config shape {config_shape} (max_batch_size {max_batch_size}, dims {dims}) has rank "
-            f"{len(config_shape)}, the ONNX file's {_shape_text(spec.shape)} has rank {len(spec.shape)}"
+            f"{where}: config shape {config_shape} (max_batch_size {max_batch_size}, {named} {dims}) has "
+            f"rank {len(config_shape)}, the ONNX file's {_shape_text(spec.shape)} has rank "
+            f"{len(spec.shape)}{_rank_fix(spec, entry, max_batch_size)}"
         )
         return problems
     if batch and isinstance(spec.shape[0], int):
@@ -83,6 +109,29 @@ def _compare(kind: str, spec: TensorSpec, entry: Mapping[str, Any], max_batch_si
     return problems
 
 
+def _compare_control(spec: TensorSpec, control: ControlInput, max_batch_size: int) -> list[str]:
+    """A control input is a [1] tensor of the control's type ([batch, 1] when Triton batches)."""
+    where = f"input {spec.name!r} (sequence_batching control {control.kind})"
+    problems = []
+    if control.data_type != spec.element_type.triton_name:
+        problems.append(
+            f"{where}: the control sends {control.data_type}, the ONNX file says "
+            f"{spec.element_type.triton_name} ({spec.element_type.onnx_name})"
+        )
+    want: list[Dim] = ["batch", 1] if max_batch_size > 0 else [1]
+    fits = (
+        len(spec.shape) == len(want)
+        and (spec.shape[-1] == 1 or not isinstance(spec.shape[-1], int))
+        and (max_batch_size == 0 or not isinstance(spec.shape[0], int))
+    )
+    if not fits:
+        problems.append(
+            f"{where}: Triton sends it with shape {_shape_text(want)}, the ONNX file's is "
+            f"{_shape_text(spec.shape)}"
+        )
+    return problems
+
+
 def check_config(
     model_config: Mapping[str, Any],
     inputs: Sequence[TensorSpec],
@@ -90,9 +139,14 @@ def check_config(
 ) -> None:
     """Raise ConfigError listing every difference between config.pbtxt and the ONNX file."""
     max_batch_size = int(model_config.get("max_batch_size", 0))
+    check_sequence_batching(model_config)
+    controls = control_inputs(model_config)
     problems: list[str] = []
+    for spec in inputs:
+        if spec.name in controls:
+            problems += _compare_control(spec, controls[spec.name], max_batch_size)
     for kind, specs, entries, all_required in (
-        ("input", inputs, model_config.get("input", []), True),
+        ("input", [s for s in inputs if s.name not in controls], model_config.get("input", []), True),
         ("output", outputs, model_config.get("output", []), False),
     ):
         by_name = {spec.name: spec for spec in specs}

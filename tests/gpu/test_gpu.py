@@ -358,3 +358,43 @@ def test_a_cuda_session_writes_no_ort_warning_at_our_default_level(capfd: pytest
     assert session.get_providers()[0] == CUDA_EP
     printed = capfd.readouterr()
     assert "[W:onnxruntime" not in printed.err and "\x1b" not in printed.err + printed.out, printed.err
+
+
+def c_order_for_the_python_backend(tensor: torch.Tensor) -> bool:
+    """pb_utils.Tensor.from_dlpack's layout check (python_backend src/pb_tensor.cc): every axis but the
+    first whose size is not 1 has its C-order stride, empty axes included."""
+    expected = 1
+    for size, stride in zip(reversed(tensor.shape[1:]), reversed(tensor.stride()[1:]), strict=True):
+        if size != 1:
+            if stride != expected:
+                return False
+            expected *= size
+    return True
+
+
+@pytest.mark.parametrize("mode", ["device", "host"])
+def test_empty_outputs_on_the_gpu_are_empty_answers_the_python_backend_accepts(
+    tmp_path: Path, mode: str
+) -> None:
+    """ORT-allocated (NonZero finding nothing: [2, 0]) and preallocated ([rows, 0], [0, n]) outputs, kept
+    on the device or copied to pinned host memory: the right empty shape, with strides from_dlpack takes."""
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    placement = Placement("cuda", 0, stream.cuda_stream)
+    nz_path = graphs.nonzero(tmp_path / "nz.onnx")
+    add_path = graphs.pairwise_add(tmp_path / "add.onnx")
+    runs = [
+        (nz_path, {"x": torch.zeros(3, 4, device="cuda")}, "indices", (2, 0)),
+        (add_path, {"x": torch.ones(3, 0, device="cuda"), "y": torch.ones(3, 0, device="cuda")}, "z", (3, 0)),
+        (add_path, {"x": torch.ones(0, 5, device="cuda"), "y": torch.ones(0, 5, device="cuda")}, "z", (0, 5)),
+    ]
+    for path, inputs, name, shape in runs:
+        runner = IOBindingRunner(
+            create_session(path, ModelOptions(), placement), placement, output_placement=OutputPlacement(mode)
+        )
+        runner.begin_execute()
+        with torch.cuda.stream(stream):
+            got = runner.run(inputs)[name]
+        stream.synchronize()
+        assert tuple(got.shape) == shape == cpu_reference(path, inputs)[name].shape
+        assert got.device.type == ("cuda" if mode == "device" else "cpu")
+        assert c_order_for_the_python_backend(got), (path.name, mode, got.stride())

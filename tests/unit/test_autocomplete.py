@@ -11,7 +11,12 @@ from onnx import TensorProto, helper
 
 from tests import graphs
 from triton_ort import ConfigError
-from triton_ort.autocomplete import DEFAULT_MAX_BATCH_SIZE, complete_config, read_onnx_signature
+from triton_ort.autocomplete import (
+    DEFAULT_MAX_BATCH_SIZE,
+    apply_completed,
+    complete_config,
+    read_onnx_signature,
+)
 from triton_ort.onnx_files import OPSET, readable_model
 from triton_ort.signature import check_config
 
@@ -187,3 +192,180 @@ def test_tensor_without_shape_asks_for_dims(tmp_path: Path) -> None:
     onnx.save(readable_model(model), str(tmp_path / "model.onnx"))
     with pytest.raises(ConfigError, match="'x' has no shape in the graph"):
         read_onnx_signature(tmp_path / "model.onnx")
+
+
+def batch_only(path: Path) -> Path:
+    """What skl2onnx writes for a classifier (zipmap off): X[N,4] -> label int64[N], probabilities[N,3]."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("ArgMax", ["X"], ["label"], axis=1, keepdims=0),
+            helper.make_node("Slice", ["X", "starts", "ends", "axes"], ["X3"]),
+            helper.make_node("Softmax", ["X3"], ["probabilities"], axis=1),
+        ],
+        "classifier",
+        [v("X", TensorProto.FLOAT, [None, 4])],
+        [v("label", TensorProto.INT64, [None]), v("probabilities", TensorProto.FLOAT, [None, 3])],
+        initializer=[
+            helper.make_tensor("starts", TensorProto.INT64, [1], [0]),
+            helper.make_tensor("ends", TensorProto.INT64, [1], [3]),
+            helper.make_tensor("axes", TensorProto.INT64, [1], [1]),
+        ],
+    )
+    return graphs.save(graph, path)
+
+
+def test_a_batch_only_tensor_gets_dims_one_and_an_empty_reshape_as_the_native_backend_writes(
+    tmp_path: Path,
+) -> None:
+    batch_only(tmp_path / "model.onnx")
+    completed = complete_config(config(), tmp_path)
+    assert completed.max_batch_size == DEFAULT_MAX_BATCH_SIZE
+    assert completed.outputs[0] == {
+        "name": "label",
+        "data_type": "TYPE_INT64",
+        "dims": [1],
+        "reshape": {"shape": []},
+    }
+    assert "reshape" not in completed.outputs[1]
+    merged = {**config(max_batch_size=4), "input": list(completed.inputs), "output": list(completed.outputs)}
+    check_config(merged, *read_onnx_signature(tmp_path / "model.onnx"))  # what the load then checks
+
+
+def test_without_batching_a_batch_only_tensor_is_minus_one_and_needs_no_reshape(tmp_path: Path) -> None:
+    batch_only(tmp_path / "model.onnx")
+    whole = config(input=[{"name": "X", "data_type": "TYPE_FP32", "dims": [-1, 4]}])
+    completed = complete_config(whole, tmp_path)
+    assert completed.max_batch_size == 0
+    assert completed.outputs[0] == {"name": "label", "data_type": "TYPE_INT64", "dims": [-1]}
+
+
+def test_a_config_dims_one_without_reshape_fails_the_load_naming_the_line_to_add(tmp_path: Path) -> None:
+    batch_only(tmp_path / "model.onnx")
+    written = config(
+        max_batch_size=8,
+        input=[{"name": "X", "data_type": "TYPE_FP32", "dims": [4]}],
+        output=[{"name": "label", "data_type": "TYPE_INT64", "dims": [1]}],
+    )
+    with pytest.raises(ConfigError) as caught:
+        check_config(written, *read_onnx_signature(tmp_path / "model.onnx"))
+    assert "output 'label': config shape [-1, 1]" in str(caught.value)
+    assert 'write it as { name: "label" ... dims: [ 1 ] reshape: { shape: [ ] } }' in str(caught.value)
+
+
+def test_the_default_max_batch_size_is_logged_as_the_native_backend_does(
+    multi_io: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING", logger="triton_ort.autocomplete"):
+        complete_config(config(max_batch_size=0), multi_io)
+    assert "autofilled max_batch_size to 4 for model 'm' since batching is supported" in caplog.text
+    assert "an explicit max_batch_size: 0 reads as unspecified" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="triton_ort.autocomplete"):
+        complete_config(config(max_batch_size=8), multi_io)  # set: nothing to say
+        complete_config(config(input=[{"name": "a", "data_type": "TYPE_FP16", "dims": [-1, 3]}]), multi_io)
+    assert caplog.text == ""
+
+
+def stateful(path: Path) -> Path:
+    """x float[b,1], START int32[b,1], CORRID uint64[b,1] -> y = x * (1 - START): control inputs as inputs."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["START"], ["start_f"], to=TensorProto.FLOAT),
+            helper.make_node("Sub", ["one", "start_f"], ["keep"]),
+            helper.make_node("Mul", ["x", "keep"], ["y"]),
+            helper.make_node("Identity", ["CORRID"], ["corrid"]),
+        ],
+        "stateful",
+        [
+            v("x", TensorProto.FLOAT, ["batch", 1]),
+            v("START", TensorProto.INT32, ["batch", 1]),
+            v("CORRID", TensorProto.UINT64, ["batch", 1]),
+        ],
+        [v("y", TensorProto.FLOAT, ["batch", 1]), v("corrid", TensorProto.UINT64, ["batch", 1])],
+        initializer=[helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])],
+    )
+    return graphs.save(graph, path)
+
+
+def sequence_batching(start_field: str = "int32_false_true") -> dict[str, Any]:
+    """As Triton's JSON has it: every field of a control, the unused ones empty."""
+    control = {
+        "int32_false_true": [],
+        "fp32_false_true": [],
+        "bool_false_true": [],
+        "data_type": "TYPE_INVALID",
+    }
+    return {
+        "control_input": [
+            {
+                "name": "START",
+                "control": [{**control, "kind": "CONTROL_SEQUENCE_START", start_field: [0, 1]}],
+            },
+            {
+                "name": "CORRID",
+                "control": [{**control, "kind": "CONTROL_SEQUENCE_CORRID", "data_type": "TYPE_UINT64"}],
+            },
+        ],
+        "state": [],
+    }
+
+
+def test_control_inputs_are_left_to_the_sequence_batcher_and_checked_against_the_file(tmp_path: Path) -> None:
+    stateful(tmp_path / "model.onnx")
+    sequenced = config(max_batch_size=8, sequence_batching=sequence_batching())
+    completed = complete_config(sequenced, tmp_path)
+    assert [entry["name"] for entry in completed.inputs] == ["x"]
+    assert not completed.dynamic_batching
+    merged = {**sequenced, "input": list(completed.inputs), "output": list(completed.outputs)}
+    signature = read_onnx_signature(tmp_path / "model.onnx")
+    check_config(merged, *signature)
+    wrong = {**merged, "sequence_batching": sequence_batching("fp32_false_true")}
+    with pytest.raises(ConfigError) as caught:
+        check_config(wrong, *signature)
+    assert "input 'START' (sequence_batching control CONTROL_SEQUENCE_START): the control sends FP32" in str(
+        caught.value
+    )
+
+
+def test_implicit_state_is_refused_saying_why(tmp_path: Path) -> None:
+    stateful(tmp_path / "model.onnx")
+    with_state = {**sequence_batching(), "state": [{"input_name": "x", "output_name": "y"}]}
+    sequenced = config(max_batch_size=8, sequence_batching=with_state)
+    completed = complete_config(sequenced, tmp_path)
+    merged = {**sequenced, "input": list(completed.inputs), "output": list(completed.outputs)}
+    with pytest.raises(
+        ConfigError, match=r"sequence_batching.state \(implicit state, inputs \['x'\]\) is not"
+    ):
+        check_config(merged, *read_onnx_signature(tmp_path / "model.onnx"))
+
+
+def python_backend_utils() -> Any:
+    """The real triton_python_backend_utils.py of the installed tritonserver (it imports only numpy)."""
+    import importlib.util
+
+    import pytriton
+
+    path = Path(pytriton.__file__).parent / "tritonserver/backends/python/triton_python_backend_utils.py"
+    spec = importlib.util.spec_from_file_location("pb_utils_for_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_reshape_reaches_what_the_stub_sends_back_through_the_real_model_config(tmp_path: Path) -> None:
+    """pb_utils.ModelConfig.add_output refuses a reshape key; apply_completed writes it where the stub
+    reads the whole config back (json.dumps of ModelConfig._model_config, pb_stub.cc)."""
+    import json
+
+    pb_utils = python_backend_utils()
+    batch_only(tmp_path / "model.onnx")
+    raw = config()
+    triton_config = pb_utils.ModelConfig(json.dumps(raw))
+    with pytest.raises(ValueError, match="contains property other than"):
+        triton_config.add_output({"name": "label", "data_type": "TYPE_INT64", "dims": [1], "reshape": {}})
+    apply_completed(triton_config, complete_config(raw, tmp_path))
+    sent = json.loads(json.dumps(triton_config._model_config))
+    assert sent["max_batch_size"] == DEFAULT_MAX_BATCH_SIZE and sent["dynamic_batching"] == {}
+    label = next(entry for entry in sent["output"] if entry["name"] == "label")
+    assert label == {"name": "label", "data_type": "TYPE_INT64", "dims": [1], "reshape": {"shape": []}}

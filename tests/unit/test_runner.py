@@ -235,3 +235,74 @@ def test_plans_keep_data_dependent_outputs_right_across_shapes(tmp_path: Path) -
         runner.begin_execute()  # one signature, answers of different sizes
         got = runner.run({"x": x})["indices"]
         np.testing.assert_array_equal(got.numpy(), session_run(path, {"x": x.numpy()})["indices"])
+
+
+def python_backend_accepts(tensor: torch.Tensor) -> bool:
+    """pb_utils.Tensor.from_dlpack's layout check (python_backend src/pb_tensor.cc, r23.12 and r24.10):
+    every axis but the first whose size is not 1 must have the C-order stride, empty axes included."""
+    expected = 1
+    for size, stride in zip(reversed(tensor.shape[1:]), reversed(tensor.stride()[1:]), strict=True):
+        if size != 1:
+            if stride != expected:
+                return False
+            expected *= size
+    return True
+
+
+def test_an_empty_ort_allocated_output_has_strides_the_python_backend_accepts(tmp_path: Path) -> None:
+    """NonZero finding nothing: ORT hands back [2, 0] with strides (0, 0) through DLPack, which
+    pb_utils.Tensor.from_dlpack refused ('DLPack tensor is not contiguous')."""
+    path = graphs.nonzero(tmp_path / "nz.onnx")
+    runner = runner_for(path)
+    for execute in range(2):  # a plan's first run and its cached one
+        runner.begin_execute()
+        got = runner.run({"x": torch.zeros(3, 4)})["indices"]
+        assert got.shape == session_run(path, {"x": np.zeros((3, 4), np.float32)})["indices"].shape == (2, 0)
+        assert got.dtype == torch.int64
+        assert python_backend_accepts(got), (execute, got.stride())
+        capsule = torch.utils.dlpack.to_dlpack(got)  # type: ignore[attr-defined]  # as the adapter hands it on
+        dlpack_view = torch.utils.dlpack.from_dlpack(capsule)
+        assert python_backend_accepts(dlpack_view)
+    found = runner.run({"x": torch.ones(1, 4)})["indices"]  # and a non-empty answer is still the data
+    np.testing.assert_array_equal(found.numpy(), [[0, 0, 0, 0], [0, 1, 2, 3]])
+
+
+def test_an_empty_preallocated_output_has_strides_the_python_backend_accepts(tmp_path: Path) -> None:
+    path = graphs.pairwise_add(tmp_path / "add.onnx")  # z[batch, n]: allocated by the plan
+    runner = runner_for(path)
+    runner.begin_execute()
+    for rows, width in ((3, 0), (0, 5), (0, 0)):
+        got = runner.run({"x": torch.ones(rows, width), "y": torch.ones(rows, width)})["z"]
+        assert got.shape == (rows, width) and python_backend_accepts(got), got.stride()
+
+
+def test_onnx_runtimes_python_api_takes_strings_only_through_run_and_only_as_str(tmp_path: Path) -> None:
+    """What a BYTES path has to work with (issue 20, part 3): IO binding and OrtValue refuse string data,
+    so strings reach ORT only through session.run (beside OrtValues over the numeric tensors' memory), and
+    there a bytes object is fed as its repr: BYTES must be decoded to str first."""
+    path = graphs.strings_beside_numbers(tmp_path / "s.onnx")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    strings = np.array([b"ab", "\u00e9".encode()], dtype=object)
+    with pytest.raises(RuntimeError, match="non-string"):
+        session.io_binding().bind_cpu_input("s", strings)
+    with pytest.raises(RuntimeError, match="non-string"):
+        ort.OrtValue.ortvalue_from_numpy(strings)
+    x = torch.ones(2, 2)
+    numbers = ort.OrtValue.from_dlpack(x.__dlpack__())  # zero-copy over torch's memory
+    as_bytes = session.run(None, {"s": strings, "x": numbers})
+    assert list(as_bytes[0]) == ["b'ab'", "b'\\xc3\\xa9'"]  # the repr, not the text
+    decoded = session.run(None, {"s": np.array([s.decode() for s in strings], dtype=object), "x": numbers})
+    assert list(decoded[0]) == ["ab", "\u00e9"]
+    np.testing.assert_array_equal(decoded[1], 2 * x.numpy())
+
+
+@pytest.mark.xfail(strict=True, reason="issue 20 part 3: BYTES inputs and outputs are not served yet")
+def test_strings_go_through_the_host_beside_numbers_bound_zero_copy(tmp_path: Path) -> None:
+    path = graphs.strings_beside_numbers(tmp_path / "s.onnx")
+    runner = runner_for(path)  # today: ConfigError, string tensors refused
+    strings = np.array([b"short", b"a longer string", b""], dtype=object)  # as pb_utils.as_numpy gives them
+    x = torch.randn(3, 2)
+    got = runner.run({"s": strings, "x": x})  # type: ignore[dict-item]
+    want = session_run(path, {"s": np.array([s.decode() for s in strings], dtype=object), "x": x.numpy()})
+    assert list(got["t"]) == list(want["t"])
+    np.testing.assert_array_equal(got["y"].numpy(), want["y"])

@@ -26,7 +26,7 @@ import torch.utils.dlpack
 import triton_python_backend_utils as pb_utils
 
 from triton_ort import InferenceError, ModelInstance, TritonOrtError, triton_code
-from triton_ort.autocomplete import complete_config
+from triton_ort.autocomplete import apply_completed, complete_config
 from triton_ort.copy_counter import copy_counting_enabled, count_host_device_copies
 from triton_ort.metrics import triton_instance_metrics
 
@@ -99,13 +99,7 @@ class TritonPythonModel:
             # fails the load with this same message.
             LOGGER.warning("model %r: config.pbtxt not completed: %s", model_config.get("name"), error)
             return auto_complete_model_config
-        auto_complete_model_config.set_max_batch_size(completed.max_batch_size)
-        for entry in completed.inputs:
-            auto_complete_model_config.add_input(entry)
-        for entry in completed.outputs:
-            auto_complete_model_config.add_output(entry)
-        if completed.dynamic_batching:
-            auto_complete_model_config.set_dynamic_batching()
+        apply_completed(auto_complete_model_config, completed)
         return auto_complete_model_config
 
     def initialize(self, args: dict[str, str]) -> None:

@@ -1,0 +1,137 @@
+"""Models as people export them, built at test time from the exporters' pip packages (nothing committed
+but this script): a scikit-learn pipeline through skl2onnx with ZipMap off, a BERT-style encoder from
+transformers with a small random config (torch.onnx's TorchScript exporter, dynamic batch and sequence), and
+an accumulator whose state travels with the client under Triton's sequence batcher. Small, so CI stays fast.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from tests import graphs
+from triton_ort.onnx_files import save_model
+
+FEATURES = 4
+CLASSES = 3
+VOCAB = 100
+
+
+def sklearn_classifier(path: Path) -> Path:
+    """StandardScaler + LogisticRegression on 4 features, 3 classes: X float[N, 4] -> label int64[N],
+    probabilities float[N, 3] (skl2onnx leaves N unnamed)."""
+    from skl2onnx import to_onnx
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((90, FEATURES)).astype(np.float32)
+    y = np.digitize(x[:, 0] + x[:, 1], [-0.5, 0.5])  # three classes
+    pipeline = make_pipeline(StandardScaler(), LogisticRegression()).fit(x, y)
+    model = to_onnx(pipeline, x[:1], options={"zipmap": False}, target_opset=17)
+    return save_model(model, path)  # the IR version its opsets need: readable by the ORT we run
+
+
+def bert_encoder(path: Path) -> Path:
+    """transformers' BertModel, 1 layer of width 16, random weights: input_ids, attention_mask int64
+    [batch, seq] -> last_hidden_state [batch, seq, 16], pooler_output [batch, 16]."""
+    import torch
+    import transformers
+
+    config = transformers.BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    bert = transformers.BertModel(config)
+    bert.train(False)  # inference: no dropout
+
+    class Encoder(torch.nn.Module):
+        """Keyword arguments only: transformers 5's forward has more positional ones than an export passes."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            out = self.bert(input_ids=input_ids, attention_mask=attention_mask)
+            return out.last_hidden_state, out.pooler_output
+
+    ids = torch.randint(0, VOCAB, (2, 7))
+    axes = {0: "batch", 1: "sequence"}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notices
+        torch.onnx.export(
+            Encoder(),
+            (ids, torch.ones_like(ids)),
+            str(path),
+            input_names=["input_ids", "attention_mask"],
+            output_names=["last_hidden_state", "pooler_output"],
+            dynamic_axes={
+                "input_ids": axes,
+                "attention_mask": axes,
+                "last_hidden_state": axes,
+                "pooler_output": {0: "batch"},
+            },
+            opset_version=17,
+            dynamo=False,
+        )
+    return save_model(onnx.load(str(path)), path)
+
+
+def accumulator(path: Path) -> Path:
+    """total = (START ? 0 : state) + x, the running sum of a sequence whose state the client sends back;
+    the sequence batcher's START, END, CORRID and READY come in as inputs, and the last three are echoed so
+    a test sees which sequence and step each answer was computed for. All [batch, 1]."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["START"], ["starts"], to=TensorProto.BOOL),
+            helper.make_node("Where", ["starts", "zero", "state"], ["carried"]),
+            helper.make_node("Add", ["carried", "x"], ["total"]),
+            helper.make_node("Identity", ["END"], ["ended"]),
+            helper.make_node("Identity", ["CORRID"], ["sequence"]),
+            helper.make_node("Identity", ["READY"], ["ready"]),
+        ],
+        "accumulator",
+        [
+            v("x", TensorProto.FLOAT, ["batch", 1]),
+            v("state", TensorProto.FLOAT, ["batch", 1]),
+            v("START", TensorProto.INT32, ["batch", 1]),
+            v("END", TensorProto.INT32, ["batch", 1]),
+            v("CORRID", TensorProto.UINT64, ["batch", 1]),
+            v("READY", TensorProto.INT32, ["batch", 1]),
+        ],
+        [
+            v("total", TensorProto.FLOAT, ["batch", 1]),
+            v("ended", TensorProto.INT32, ["batch", 1]),
+            v("sequence", TensorProto.UINT64, ["batch", 1]),
+            v("ready", TensorProto.INT32, ["batch", 1]),
+        ],
+        initializer=[helper.make_tensor("zero", TensorProto.FLOAT, [1], [0.0])],
+    )
+    return graphs.save(graph, path)
+
+
+SEQUENCE_CONFIG = """
+sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  control_input [
+    { name: "START", control [ { kind: CONTROL_SEQUENCE_START, int32_false_true: [ 0, 1 ] } ] },
+    { name: "END", control [ { kind: CONTROL_SEQUENCE_END, int32_false_true: [ 0, 1 ] } ] },
+    { name: "CORRID", control [ { kind: CONTROL_SEQUENCE_CORRID, data_type: TYPE_UINT64 } ] },
+    { name: "READY", control [ { kind: CONTROL_SEQUENCE_READY, int32_false_true: [ 0, 1 ] } ] }
+  ]
+}
+"""
+"""What the accumulator's config.pbtxt adds to the two lines: the control inputs, mapped to model inputs."""
