@@ -123,3 +123,36 @@ def strings_beside_numbers(path: Path) -> Path:
         [v("t", TensorProto.STRING, ["batch"]), v("y", TensorProto.FLOAT, ["batch", 2])],
     )
     return save(graph, path)
+
+
+LABELS = ("cat", "dog", "bird")
+
+
+def label_encoder(path: Path) -> Path:
+    """s string[b, 1] -> id int64[b, 1] (LabelEncoder over LABELS, -1 for others) and t = s (strings out);
+    x float[b, 2] -> y = x + x beside them: strings in, numbers and strings out, numbers alongside."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "LabelEncoder",
+                ["s"],
+                ["id"],
+                domain="ai.onnx.ml",
+                keys_strings=list(LABELS),
+                values_int64s=list(range(len(LABELS))),
+                default_int64=-1,
+            ),
+            helper.make_node("Identity", ["s"], ["t"]),
+            helper.make_node("Add", ["x", "x"], ["y"]),
+        ],
+        "label_encoder",
+        [v("s", TensorProto.STRING, ["batch", 1]), v("x", TensorProto.FLOAT, ["batch", 2])],
+        [
+            v("id", TensorProto.INT64, ["batch", 1]),
+            v("t", TensorProto.STRING, ["batch", 1]),
+            v("y", TensorProto.FLOAT, ["batch", 2]),
+        ],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 2)]
+    return save_model(helper.make_model(graph, opset_imports=opsets), path)

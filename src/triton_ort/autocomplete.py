@@ -171,7 +171,7 @@ def _entry(spec: TensorSpec, configured: Mapping[str, Any] | None, max_batch_siz
     dims = [int(d) for d in (configured or {}).get("dims") or []]
     entry: dict[str, Any] = {
         "name": spec.name,
-        "data_type": f"TYPE_{spec.element_type.triton_name}" if data_type == "TYPE_INVALID" else data_type,
+        "data_type": spec.element_type.config_name if data_type == "TYPE_INVALID" else data_type,
         "dims": dims or _dims(spec, max_batch_size),
     }
     if not entry["dims"]:  # Triton refuses empty dims

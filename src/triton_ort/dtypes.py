@@ -2,6 +2,9 @@
 
 ONNX Runtime names types as 'tensor(float)', Triton's config as 'TYPE_FP32' and its wire protocol as 'FP32';
 IO binding wants ONNX's TensorProto number. Keeping all four in one row means no conversion can drift.
+
+Strings are the one row without a torch dtype: they travel as numpy arrays of bytes, through the host
+(runner.py, "Strings").
 """
 
 from __future__ import annotations
@@ -17,8 +20,24 @@ from .errors import ConfigError
 class ElementType:
     onnx_name: str  # as ORT's NodeArg.type spells it, without 'tensor(...)'
     onnx_proto: int  # onnx.TensorProto.DataType value, which IOBinding takes for every type (bf16 too)
-    triton_name: str  # wire name; config.pbtxt spells it 'TYPE_' + this
-    torch_dtype: torch.dtype
+    triton_name: str  # wire name; config.pbtxt spells it 'TYPE_' + this (BYTES: TYPE_STRING)
+    torch_dtype: torch.dtype | None  # None: strings
+
+    @property
+    def is_string(self) -> bool:
+        return self.torch_dtype is None
+
+    @property
+    def config_name(self) -> str:
+        """As config.pbtxt's data_type spells it."""
+        return "TYPE_STRING" if self.is_string else f"TYPE_{self.triton_name}"
+
+    @property
+    def tensor_dtype(self) -> torch.dtype:
+        """The torch dtype of a numeric type (a string has none: callers keep strings apart)."""
+        if self.torch_dtype is None:
+            raise TypeError(f"{self.triton_name} tensors have no torch dtype")
+        return self.torch_dtype
 
 
 ELEMENT_TYPES: tuple[ElementType, ...] = (
@@ -35,31 +54,28 @@ ELEMENT_TYPES: tuple[ElementType, ...] = (
     ElementType("uint32", 12, "UINT32", torch.uint32),
     ElementType("uint64", 13, "UINT64", torch.uint64),
     ElementType("bfloat16", 16, "BF16", torch.bfloat16),
+    ElementType("string", 8, "BYTES", None),
 )
 
 _BY_ONNX = {t.onnx_name: t for t in ELEMENT_TYPES}
-_BY_TRITON = {t.triton_name: t for t in ELEMENT_TYPES}
-_BY_TORCH = {t.torch_dtype: t for t in ELEMENT_TYPES}
+_BY_TRITON = {t.triton_name: t for t in ELEMENT_TYPES} | {"STRING": _BY_ONNX["string"]}
+_BY_TORCH = {t.torch_dtype: t for t in ELEMENT_TYPES if t.torch_dtype is not None}
 
 
 def from_onnx_type(type_string: str, where: str) -> ElementType:
-    """'tensor(float)' -> FP32. Strings and non-tensor types fail with `where` named."""
+    """'tensor(float)' -> FP32, 'tensor(string)' -> BYTES. Non-tensor types fail with `where` named."""
     inner = type_string.removeprefix("tensor(").removesuffix(")")
-    if inner == "string":
-        raise ConfigError(
-            f"{where} is a string tensor; this model serves numeric and bool tensors only "
-            "(strings cannot travel through DLPack or IO binding on the device)"
-        )
     if inner not in _BY_ONNX or not type_string.startswith("tensor("):
         raise ConfigError(f"{where} has ONNX type {type_string!r}, which is not a supported tensor type")
     return _BY_ONNX[inner]
 
 
 def from_triton_type(name: str, where: str) -> ElementType:
-    """'TYPE_FP32' or 'FP32' -> FP32."""
+    """'TYPE_FP32' or 'FP32' -> FP32; 'TYPE_STRING' or 'BYTES' -> BYTES."""
     wire = name.removeprefix("TYPE_")
     if wire not in _BY_TRITON:
-        raise ConfigError(f"{where} has data_type {name!r}; supported: {', '.join(sorted(_BY_TRITON))}")
+        supported = ", ".join(sorted(t.triton_name for t in ELEMENT_TYPES))
+        raise ConfigError(f"{where} has data_type {name!r}; supported: {supported}")
     return _BY_TRITON[wire]
 
 

@@ -206,6 +206,13 @@ class HookedRunner:
         client: ClientSpecs,
         output_placement: OutputPlacement,
     ) -> None:
+        if runner.has_strings or any(
+            spec.element_type.is_string for spec in (*client.inputs, *client.outputs)
+        ):
+            raise ConfigError(
+                f"hooks ({hooks.path}) take and return torch tensors, and this model has string tensors; "
+                "serve it without the hooks parameter"
+            )
         self.runner = runner
         self.hooks = hooks
         self.client = client

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from .errors import ConfigError, InferenceError, InputError, ProviderError
@@ -167,14 +168,13 @@ class ModelInstance:
                 return batch_size
             return dim if isinstance(dim, int) else 1
 
-        return {
-            spec.name: torch.zeros(
-                [size(axis, d) for axis, d in enumerate(spec.shape)],
-                dtype=spec.element_type.torch_dtype,
-                device=self.runner.device,
-            )
-            for spec in (self.runner.inputs if specs is None else specs)
-        }
+        def zeros(spec: TensorSpec) -> Any:
+            shape = [size(axis, d) for axis, d in enumerate(spec.shape)]
+            if spec.element_type.is_string:  # strings travel as numpy bytes (runner.py, "Strings")
+                return np.full(shape, b"", dtype=object)
+            return torch.zeros(shape, dtype=spec.element_type.tensor_dtype, device=self.runner.device)
+
+        return {spec.name: zeros(spec) for spec in (self.runner.inputs if specs is None else specs)}
 
     def _shrink_arena_after_failure(self) -> None:
         """A failed run may have left ORT's CUDA arena swollen; a tiny run with shrinkage gives it back now
@@ -243,7 +243,9 @@ class ModelInstance:
                 before,
                 self.runner.stats,
                 requests=len(requests),
-                input_devices=sorted({str(t.device) for tensors in requests for t in tensors.values()}),
+                input_devices=sorted(
+                    {str(getattr(t, "device", "cpu")) for tensors in requests for t in tensors.values()}
+                ),
                 steps_us={
                     "infer_total": round((finished - started) * 1e6, 1),
                     "stream_sync": round((finished - queued) * 1e6, 1),

@@ -251,5 +251,5 @@ def triton_instance_metrics(pb_utils: Any, model: str, version: str, instance: s
 def request_rows(tensors: Mapping[str, Any]) -> int:
     """A request's batch rows: the first axis of its first input (0 for scalars or no inputs)."""
     for tensor in tensors.values():
-        return int(tensor.shape[0]) if tensor.dim() > 0 else 0
+        return int(tensor.shape[0]) if len(tensor.shape) > 0 else 0  # torch, or numpy for strings
     return 0

@@ -23,6 +23,14 @@ copied once into the plan's pinned host buffers, on the session's stream.
 
 On a CUDA session with a caller's stream, ORT does not synchronise at the end of a run: the caller
 synchronises that stream once (ModelInstance.infer does), after the host copies are queued.
+
+Strings: ORT's IO binding and OrtValues refuse string data, so a model with a string input or output runs
+through `session.run`, as Triton's native onnxruntime backend sends strings through the host. Its strings
+travel as numpy arrays of bytes (Triton's BYTES, as `as_numpy()` gives them), given to ORT as str, which
+ORT encodes into its own strings (the conversion its Python API requires); its numeric inputs go as OrtValues
+over their torch memory (DLPack: no copy, on the host or the device), and its outputs come back on the host
+(numeric ones as torch tensors, strings as numpy arrays of str). Such a model does not gather requests:
+each runs alone (the answers of requests of different lengths stay each their own).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import onnxruntime as ort
 import torch
 import torch.utils.dlpack
@@ -144,7 +153,8 @@ class IOBindingRunner:
         # Requests can be concatenated along axis 0 only if every output's first axis is that same batch
         # axis; otherwise the joint output could not be split back (a size that merely equals the row
         # count would be split wrongly).
-        self.outputs_follow_batch = all(
+        self.has_strings = any(spec.element_type.is_string for spec in (*self.inputs, *self.outputs))
+        self.outputs_follow_batch = not self.has_strings and all(
             plan and isinstance(plan[0], _AxisSource) and plan[0].axis == 0
             for plan in self._output_shapes.values()
         )
@@ -225,11 +235,11 @@ class IOBindingRunner:
         for spec in self.inputs:
             tensor = tensors[spec.name]
             want = spec.element_type
-            if tensor.dtype != want.torch_dtype:
-                raise InputError(
-                    f"input {spec.name!r}: expected {want.triton_name} ({want.torch_dtype}), "
-                    f"got {tensor.dtype}"
-                )
+            if want.is_string != isinstance(tensor, np.ndarray) or (
+                not want.is_string and tensor.dtype != want.torch_dtype
+            ):
+                wanted = "BYTES" if want.is_string else f"{want.triton_name} ({want.torch_dtype})"
+                raise InputError(f"input {spec.name!r}: expected {wanted}, got {tensor.dtype}")
             shape = tuple(tensor.shape)
             fits = len(shape) == len(spec.shape) and all(
                 not isinstance(d, int) or d == n for d, n in zip(spec.shape, shape, strict=True)
@@ -277,6 +287,8 @@ class IOBindingRunner:
         inputs (a concatenation, a hook), so it is waited for before binding, as a staging copy is."""
         if not validated:
             self.validate(tensors)
+        if self.has_strings:
+            return self._run_with_strings(tensors)
         started = time.perf_counter()
         staged_before = self.stats.host_to_device_copies
         # Kept referenced until run() returns: ORT holds only their pointers.
@@ -335,6 +347,35 @@ class IOBindingRunner:
         self.stats.device_to_host_seconds += time.perf_counter() - finished
         return answer
 
+    def _run_with_strings(self, tensors: Mapping[str, Any]) -> dict[str, Any]:
+        """session.run for a model with strings (the module's docstring, "Strings")."""
+        started = time.perf_counter()
+        feeds = {
+            spec.name: _string_feed(spec.name, tensors[spec.name])
+            if spec.element_type.is_string
+            else self._numeric_feed(self.to_device(tensors[spec.name]))
+            for spec in self.inputs
+        }
+        ran = time.perf_counter()
+        self.stats.bind_seconds += ran - started
+        results = self.session.run(None, feeds)  # ORT synchronises: its outputs are complete host arrays
+        self.stats.ort_run_seconds += time.perf_counter() - ran
+        self.stats.ort_runs += 1
+        return {
+            spec.name: value if spec.element_type.is_string else torch.from_numpy(value)
+            for spec, value in zip(self.outputs, results, strict=True)
+        }
+
+    def _numeric_feed(self, tensor: torch.Tensor) -> Any:
+        """A numeric input beside strings: an OrtValue over its memory (ORT >= 1.22 takes DLPack); on
+        older ORT, a numpy view on the host, or one copy to the host from the device."""
+        if hasattr(ort.OrtValue, "from_dlpack"):
+            return ort.OrtValue.from_dlpack(tensor)
+        if tensor.device.type == "cpu":
+            return tensor.numpy()
+        self.stats.device_to_host_copies += 1
+        return tensor.cpu().numpy()
+
     def _plan_for(self, tensors: Mapping[str, torch.Tensor]) -> RunPlan:
         """The signature's cached plan, made on its first run; a spare one when the cached plan's buffers
         still hold an answer (given in this execute, or to a caller that declares no executes)."""
@@ -372,7 +413,7 @@ class IOBindingRunner:
             shape = shapes[spec.name]
             if shape is not None:
                 outputs[spec.name] = torch.empty(
-                    shape, dtype=spec.element_type.torch_dtype, device=self.device
+                    shape, dtype=spec.element_type.tensor_dtype, device=self.device
                 )
                 self._bind(binding.bind_output, spec, outputs[spec.name])
         host: dict[str, torch.Tensor] | None = None
@@ -403,7 +444,7 @@ class IOBindingRunner:
         if any(shape is None for shape in shapes.values()):
             return False  # data-dependent sizes: unknown before the run, so keep them on the device
         total = sum(
-            math.prod(shapes[spec.name] or ()) * spec.element_type.torch_dtype.itemsize
+            math.prod(shapes[spec.name] or ()) * spec.element_type.tensor_dtype.itemsize
             for spec in self.outputs
         )
         return total <= self.output_placement.host_max_bytes
@@ -445,6 +486,22 @@ class IOBindingRunner:
             dim if isinstance(dim, int) else int(tensors[dim.input_name].shape[dim.axis])  # type: ignore[union-attr]
             for dim in plan
         )
+
+
+def _string_feed(name: str, strings: Any) -> Any:
+    """Triton's BYTES (a numpy object array of bytes) as ORT's Python API takes strings: str, which it
+    encodes into its own strings (the one copy it needs). Bytes objects would reach ORT as their repr, and a
+    fixed-width bytes array ('S') as C strings that run into the next one when a string fills its width."""
+    if strings.dtype != object:
+        return strings
+    try:
+        return np.array([s.decode() if isinstance(s, bytes) else s for s in strings.flat], object).reshape(
+            strings.shape
+        )
+    except UnicodeDecodeError as error:
+        raise InputError(
+            f"input {name!r}: BYTES must be UTF-8 text for ONNX Runtime's string tensors ({error})"
+        ) from error
 
 
 def _ortvalue_to_torch(value: Any, device: torch.device) -> torch.Tensor:

@@ -1,8 +1,9 @@
 """Models exported the usual way, served with the two-line config (plus the sequence batcher's control
 inputs where a model has them), every answer compared with in-process ONNX Runtime over HTTP and gRPC with
 concurrent requests: a scikit-learn classifier (its [N] label: dims [1] with an empty reshape, as the native
-backend serves it), a BERT-style encoder, a NonZero detector that finds nothing, and an accumulator under
-the sequence batcher with several interleaved sequences. The models are built here (tests/exported.py)."""
+backend serves it), a BERT-style encoder, a NonZero detector that finds nothing, a LabelEncoder with
+strings in and out beside numbers, and an accumulator under the sequence batcher with several interleaved
+sequences. The models are built here (tests/exported.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from numpy.typing import NDArray
 
@@ -63,6 +65,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalTrit
         "accumulator": _add(
             repository, "accumulator", exported.accumulator, TWO_LINES + exported.SEQUENCE_CONFIG
         ),
+        "labels": _add(repository, "labels", graphs.label_encoder, TWO_LINES),
     }
     with LocalTritonServer(repository) as server:
         yield server, files
@@ -155,6 +158,46 @@ def test_a_detector_that_finds_nothing_answers_an_empty_tensor(served: Any) -> N
         np.testing.assert_array_equal(got, want)
 
     _check_answers(server, "detector", files["detector"], requests * 4, compare)
+
+
+def test_strings_in_and_out_beside_numbers_answer_like_onnx_runtime(served: Any) -> None:
+    """BYTES in (a LabelEncoder), BYTES and numbers out, numbers beside them; strings of different
+    lengths (an empty one, one not in the labels, UTF-8) in requests of several sizes, some gathered into
+    one execute by the dynamic batcher."""
+    server, files = served
+    config = model_config(make_client("http", server.http_url), "labels")
+    types = {entry["name"]: entry["data_type"] for entry in (*config["input"], *config["output"])}
+    assert types == {
+        "s": "TYPE_STRING",
+        "x": "TYPE_FP32",
+        "id": "TYPE_INT64",
+        "t": "TYPE_STRING",
+        "y": "TYPE_FP32",
+    }
+    words = [*graphs.LABELS, "", "a much longer string than the labels", "çà et là"]
+    rng = np.random.default_rng(4)
+    requests = []
+    for rows in (1, 2, 5, 8):
+        chosen = [words[i] for i in rng.integers(0, len(words), rows)]
+        requests.append(
+            {
+                "s": np.array([[w.encode()] for w in chosen], dtype=object),
+                "x": rng.standard_normal((rows, 2)).astype(np.float32),
+            }
+        )
+    session = ort.InferenceSession(str(files["labels"]), providers=["CPUExecutionProvider"])
+    names = ["id", "t", "y"]
+
+    def one(protocol: str, inputs: dict[str, NDArray[Any]]) -> None:
+        url = server.http_url if protocol == "http" else server.grpc_url
+        got, _ = infer(make_client(protocol, url), "labels", inputs, names)
+        text = np.vectorize(bytes.decode, otypes=[object])(inputs["s"])  # ORT takes str, not bytes
+        want = dict(zip(names, session.run(names, {"s": text, "x": inputs["x"]}), strict=True))
+        np.testing.assert_array_equal(got["id"], want["id"])
+        np.testing.assert_array_equal(got["y"], want["y"])
+        assert [[b.decode() for b in row] for row in got["t"]] == want["t"].tolist()
+
+    _concurrently([partial(one, p, r) for p in PROTOCOLS for r in requests * 3])
 
 
 def test_an_explicit_max_batch_size_zero_is_filled_in_with_the_native_backends_warning(served: Any) -> None:

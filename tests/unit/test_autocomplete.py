@@ -166,15 +166,16 @@ def test_weights_listed_as_graph_inputs_are_not_request_inputs(tmp_path: Path) -
     assert [spec.name for spec in inputs] == ["x"]
 
 
-def test_string_and_unreadable_files_are_refused_with_the_reason(tmp_path: Path) -> None:
-    graph = helper.make_graph(
-        [helper.make_node("Identity", ["s"], ["t"])],
-        "strings",
-        [v("s", TensorProto.STRING, ["n"])],
-        [v("t", TensorProto.STRING, ["n"])],
+def test_string_tensors_complete_as_type_string(tmp_path: Path) -> None:
+    """Triton's config names strings TYPE_STRING (BYTES on the wire), as the native backend writes them."""
+    completed = complete_config(
+        {"max_batch_size": 4}, graphs.strings_beside_numbers(tmp_path / "model.onnx").parent
     )
-    with pytest.raises(ConfigError, match="ONNX input 's' is a string tensor"):
-        read_onnx_signature(graphs.save(graph, tmp_path / "model.onnx"))
+    types = {entry["name"]: entry["data_type"] for entry in (*completed.inputs, *completed.outputs)}
+    assert types == {"s": "TYPE_STRING", "x": "TYPE_FP32", "t": "TYPE_STRING", "y": "TYPE_FP32"}
+
+
+def test_unreadable_files_are_refused_with_the_reason(tmp_path: Path) -> None:
     (tmp_path / "broken.onnx").write_bytes(b"not a protobuf at all")
     with pytest.raises(ConfigError, match="is not a readable ONNX file"):
         read_onnx_signature(tmp_path / "broken.onnx")

@@ -296,12 +296,12 @@ def test_onnx_runtimes_python_api_takes_strings_only_through_run_and_only_as_str
     np.testing.assert_array_equal(decoded[1], 2 * x.numpy())
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20 part 3: BYTES inputs and outputs are not served yet")
 def test_strings_go_through_the_host_beside_numbers_bound_zero_copy(tmp_path: Path) -> None:
     path = graphs.strings_beside_numbers(tmp_path / "s.onnx")
-    runner = runner_for(path)  # today: ConfigError, string tensors refused
-    strings = np.array([b"short", b"a longer string", b""], dtype=object)  # as pb_utils.as_numpy gives them
-    x = torch.randn(3, 2)
+    runner = runner_for(path)
+    # as pb_utils.as_numpy gives them; two of one length (a fixed-width array ran one into the next)
+    strings = np.array([b"equal width", b"EQUAL WIDTH", b"short", b"", "çà".encode()], dtype=object)
+    x = torch.randn(5, 2)
     got = runner.run({"s": strings, "x": x})  # type: ignore[dict-item]
     want = session_run(path, {"s": np.array([s.decode() for s in strings], dtype=object), "x": x.numpy()})
     assert list(got["t"]) == list(want["t"])

@@ -3,7 +3,7 @@ from typing import Any
 import pytest
 
 from triton_ort import ConfigError
-from triton_ort.dtypes import from_onnx_type
+from triton_ort.dtypes import from_onnx_type, from_triton_type
 from triton_ort.signature import TensorSpec, check_config
 
 FP32 = from_onnx_type("tensor(float)", "x")
@@ -75,6 +75,7 @@ def test_unknown_triton_type() -> None:
         check_config(bad, INPUTS, OUTPUTS)
 
 
-def test_string_tensors_are_refused_clearly() -> None:
-    with pytest.raises(ConfigError, match="is a string tensor; this model serves numeric and bool tensors"):
-        from_onnx_type("tensor(string)", "ONNX input 'text'")
+def test_string_tensors_are_bytes_with_no_torch_dtype() -> None:
+    strings = from_onnx_type("tensor(string)", "ONNX input 'text'")
+    assert (strings.triton_name, strings.config_name, strings.is_string) == ("BYTES", "TYPE_STRING", True)
+    assert from_triton_type("TYPE_STRING", "config input 'text'") is strings

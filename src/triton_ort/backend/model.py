@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.utils.dlpack
 import triton_python_backend_utils as pb_utils
@@ -57,18 +58,33 @@ def _route_library_logging() -> None:
         library_logger.propagate = False
 
 
-def _read_inputs(request: pb_utils.InferenceRequest) -> dict[str, torch.Tensor]:
-    """Triton's tensors as torch tensors, sharing memory (CPU shared memory or device memory)."""
-    tensors = {}
+def _read_inputs(request: pb_utils.InferenceRequest) -> dict[str, Any]:
+    """Triton's tensors as torch tensors, sharing memory (CPU shared memory or device memory); BYTES as
+    the numpy array of bytes as_numpy() gives (DLPack has no strings)."""
+    tensors: dict[str, Any] = {}
     for tensor in request.inputs():
         try:
             tensors[tensor.name()] = torch.utils.dlpack.from_dlpack(tensor.to_dlpack())
         except Exception as error:
-            raise TritonOrtError(f"input {tensor.name()!r} cannot be read through DLPack: {error}") from error
+            strings = _strings(tensor)
+            if strings is None:
+                raise TritonOrtError(
+                    f"input {tensor.name()!r} cannot be read through DLPack: {error}"
+                ) from error
+            tensors[tensor.name()] = strings
     return tensors
 
 
-def _response(result: dict[str, torch.Tensor] | Exception) -> pb_utils.InferenceResponse:
+def _strings(tensor: pb_utils.Tensor) -> Any:
+    """A BYTES input's values (numpy object array of bytes, a view of Triton's buffer), else None."""
+    try:
+        values = tensor.as_numpy()
+    except Exception:
+        return None
+    return values if values.dtype == object else None
+
+
+def _response(result: dict[str, Any] | Exception) -> pb_utils.InferenceResponse:
     if isinstance(result, Exception):
         # The library says whose error it is (triton_ort.errors.triton_code); Triton's constant carries it.
         code = getattr(pb_utils.TritonError, triton_code(result))
@@ -76,7 +92,9 @@ def _response(result: dict[str, torch.Tensor] | Exception) -> pb_utils.Inference
     # ModelInstance.infer has synchronised its stream, so raw capsules are safe to hand over unsynchronised
     # (a capsule skips the backend's own stream synchronisation, which an object with __dlpack__ would do).
     outputs = [
-        pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(tensor))  # type: ignore[attr-defined]
+        pb_utils.Tensor(name, tensor)  # strings: a numpy array, which the stub serialises as BYTES
+        if isinstance(tensor, np.ndarray)
+        else pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(tensor))  # type: ignore[attr-defined]
         for name, tensor in result.items()
     ]
     return pb_utils.InferenceResponse(output_tensors=outputs)
