@@ -39,6 +39,16 @@ DEFAULT_MAX_BATCH_SIZE = 4
 """max_batch_size given to a batchable model whose config does not set one (the native ONNX Runtime
 backend's default-max-batch-size). Set max_batch_size in config.pbtxt for larger batches."""
 
+FORCE_CPU_ONLY_INPUT_TENSORS = "FORCE_CPU_ONLY_INPUT_TENSORS"
+ZERO_COPY_LINE = 'parameters { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value { string_value: "no" } }'
+"""The config line that lets GPU inputs reach the model on the GPU. Auto-complete cannot add it. The stub
+sends back the whole completed JSON (python_backend r23.12 src/pb_stub.cc:486-487), but Triton core keeps
+only its max_batch_size, inputs, outputs, scheduler and model_transaction_policy (core r23.12
+src/backend_model.cc:684-737, TritonModel::UpdateModelConfig; r24.10 :741-794); and the python backend reads
+the parameter once, in its ModelState constructor, before auto-complete runs (python_backend r23.12
+src/python_be.cc:1879-1894 and :1899-1990; r24.10 :1756-1771 and :1776-1870). Measured on 2.41: parameters
+put into the completed config are served as `"parameters": {}`."""
+
 _BY_PROTO: dict[int, ElementType] = {t.onnx_proto: t for t in ELEMENT_TYPES}
 _SCHEDULERS = ("dynamic_batching", "sequence_batching", "ensemble_scheduling")
 
@@ -187,4 +197,25 @@ def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> Compl
         inputs=tuple(completed_inputs),
         outputs=tuple(completed_outputs),
         dynamic_batching=max_batch_size > 1 and not has_scheduler,
+    )
+
+
+def _may_run_on_gpu(model_config: Mapping[str, Any]) -> bool:
+    """Whether Triton may give the model GPU instances: no instance_group (one instance per GPU where there
+    are GPUs), or a group that is not KIND_CPU (KIND_GPU, or KIND_AUTO, which resolves to GPU there)."""
+    groups = model_config.get("instance_group") or []
+    return not groups or any(str(g.get("kind") or "KIND_AUTO") != "KIND_CPU" for g in groups)
+
+
+def zero_copy_warning(model_config: Mapping[str, Any], gpu_visible: bool) -> str | None:
+    """The one warning for a model on a GPU host whose config leaves FORCE_CPU_ONLY_INPUT_TENSORS unset:
+    the python backend then copies every GPU input (CUDA shared memory, an upstream GPU model) to the host,
+    and this backend copies it back. None where that cannot happen or the config decides it."""
+    parameters = model_config.get("parameters") or {}
+    if FORCE_CPU_ONLY_INPUT_TENSORS in parameters or not gpu_visible or not _may_run_on_gpu(model_config):
+        return None
+    return (
+        f"model {model_config.get('name')!r}: GPU inputs (CUDA shared memory, an upstream GPU model) are "
+        "copied to the host and back, because the python backend forces CPU inputs unless config.pbtxt says "
+        f"otherwise (auto-complete cannot set it); for zero-copy, add to config.pbtxt: {ZERO_COPY_LINE}"
     )

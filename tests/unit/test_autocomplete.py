@@ -11,7 +11,13 @@ from onnx import TensorProto, helper
 
 from tests import graphs
 from triton_ort import ConfigError
-from triton_ort.autocomplete import DEFAULT_MAX_BATCH_SIZE, complete_config, read_onnx_signature
+from triton_ort.autocomplete import (
+    DEFAULT_MAX_BATCH_SIZE,
+    ZERO_COPY_LINE,
+    complete_config,
+    read_onnx_signature,
+    zero_copy_warning,
+)
 from triton_ort.signature import check_config
 
 v = helper.make_tensor_value_info
@@ -185,3 +191,34 @@ def test_tensor_without_shape_asks_for_dims(tmp_path: Path) -> None:
     onnx.save(model, str(tmp_path / "model.onnx"))
     with pytest.raises(ConfigError, match="'x' has no shape in the graph"):
         read_onnx_signature(tmp_path / "model.onnx")
+
+
+def test_a_gpu_host_is_told_the_line_that_makes_gpu_inputs_zero_copy() -> None:
+    warning = zero_copy_warning(config(), gpu_visible=True)
+    assert warning is not None and warning.endswith(ZERO_COPY_LINE), warning
+    assert "'m'" in warning and "copied to the host" in warning
+    group = {"instance_group": [{"kind": "KIND_GPU", "count": 2}]}
+    assert zero_copy_warning(config(**group), gpu_visible=True) == warning
+
+
+@pytest.mark.parametrize(
+    ("fields", "gpu_visible"),
+    [
+        ({}, False),  # a CPU host: inputs are on the host anyway
+        ({"instance_group": [{"kind": "KIND_CPU", "count": 1}]}, True),
+        ({"parameters": {"FORCE_CPU_ONLY_INPUT_TENSORS": {"string_value": "no"}}}, True),
+        ({"parameters": {"FORCE_CPU_ONLY_INPUT_TENSORS": {"string_value": "yes"}}}, True),  # chosen
+    ],
+)
+def test_no_zero_copy_warning_where_inputs_stay_on_the_host_anyway_or_the_config_decides(
+    fields: dict[str, Any], gpu_visible: bool
+) -> None:
+    assert zero_copy_warning(config(**fields), gpu_visible=gpu_visible) is None
+
+
+def test_the_zero_copy_line_parses_as_the_parameter_it_names() -> None:
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    parsed = text_format.Parse(ZERO_COPY_LINE, model_config_pb2.ModelConfig())
+    assert parsed.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value == "no"
