@@ -30,7 +30,7 @@ from typing import Any
 
 import onnx
 
-from .dtypes import ELEMENT_TYPES, ElementType, from_onnx_type
+from .dtypes import ELEMENT_TYPES, ZIPMAP_HINT, ElementType, from_onnx_type
 from .errors import ConfigError
 from .options import parameters_from_model_config, parse_options
 from .signature import Dim, TensorSpec
@@ -68,7 +68,10 @@ class CompletedConfig:
 def _element_type(value_info: onnx.ValueInfoProto, where: str) -> ElementType:
     if not value_info.type.HasField("tensor_type"):
         kind = value_info.type.WhichOneof("value") or "unknown"
-        raise ConfigError(f"{where} is a {kind.removesuffix('_type')}, not a tensor; only tensors are served")
+        hint = f"; {ZIPMAP_HINT}" if kind in ("sequence_type", "map_type") else ""
+        raise ConfigError(
+            f"{where} is a {kind.removesuffix('_type')}, not a tensor; only tensors are served{hint}"
+        )
     proto = value_info.type.tensor_type.elem_type
     if proto == onnx.TensorProto.STRING:
         return from_onnx_type("tensor(string)", where)  # the one message for string tensors

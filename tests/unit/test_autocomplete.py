@@ -222,3 +222,31 @@ def test_the_zero_copy_line_parses_as_the_parameter_it_names() -> None:
 
     parsed = text_format.Parse(ZERO_COPY_LINE, model_config_pb2.ModelConfig())
     assert parsed.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value == "no"
+
+
+def test_a_zipmap_output_is_refused_with_the_converter_option_that_avoids_it(tmp_path: Path) -> None:
+    """skl2onnx's classifiers end in ZipMap, whose output is a sequence of maps, not a tensor."""
+    probabilities = helper.make_sequence_type_proto(
+        helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, []))
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "ZipMap", ["x"], ["probabilities"], domain="ai.onnx.ml", classlabels_int64s=[0, 1]
+            )
+        ],
+        "classifier",
+        [v("x", TensorProto.FLOAT, ["batch", 2])],
+        [helper.make_value_info("probabilities", probabilities)],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)]
+    onnx.save(helper.make_model(graph, opset_imports=opsets), str(tmp_path / "model.onnx"))
+    with pytest.raises(ConfigError, match=r"'probabilities' is a sequence.*options=\{'zipmap': False\}"):
+        complete_config(config(), tmp_path)
+
+
+def test_an_ort_sequence_type_names_the_zipmap_option_too() -> None:
+    from triton_ort.dtypes import from_onnx_type
+
+    with pytest.raises(ConfigError, match=r"seq\(map\(int64,tensor\(float\)\)\).*'zipmap': False"):
+        from_onnx_type("seq(map(int64,tensor(float)))", "ONNX output 'output_probability'")
