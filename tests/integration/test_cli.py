@@ -4,6 +4,7 @@ expected (exit status 2); a server or model that is not there is one line too (e
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -188,3 +189,20 @@ def test_the_installed_command_sends_a_request_and_summarises_the_output(server:
     lines = done.stdout.splitlines()
     assert lines[0].startswith("np_logits float32[100, 2]  [") and " min " in lines[0], lines
     assert len(lines) == 2 and lines[1].startswith("latency "), lines  # a summary, not 100 rows
+
+
+def test_the_installed_command_shows_health_and_the_served_config(server: LocalTritonServer) -> None:
+    command = str(Path(sys.executable).parent / "triton-ort")
+    health = subprocess.run(
+        [command, "health", "--url", server.http_url], capture_output=True, text=True, timeout=120, cwd="/"
+    )
+    assert health.returncode == 0 and "live: True  ready: True" in health.stdout, health.stderr
+    served = subprocess.run(
+        [command, "served-config", "demo", "--protocol", "grpc", "--url", server.grpc_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    assert served.returncode == 0, served.stderr
+    assert json.loads(served.stdout)["name"] == "demo"
