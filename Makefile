@@ -107,6 +107,13 @@ bench: $(VENV_STAMP) ## benchmark ours against the floor, naive and PyTriton anc
 	$(PYTHON) -m client.bench --models $(BENCH_MODELS) --profile --out results/bench-$(BENCH_NAME).json
 	$(PYTHON) -m client.bench_plot results/bench-$(BENCH_NAME).json results/bench-$(BENCH_NAME).png
 
+.PHONY: profile
+profile: $(VENV_STAMP) ## where an execute's time goes inside the real stub: ours, naive, null models (py-spy; docs/benchmarks.md)
+	rm -rf bench_repository
+	@test -x "$(dir $(PYTHON))py-spy" || $(PYTHON) -m pip install -q py-spy==0.4.1
+	$(PYTHON) scripts/build_models.py --bench --out bench_repository --models $(BENCH_MODELS)
+	$(PYTHON) -m client.profile_stub --models $(BENCH_MODELS) --json results/profile-$(BENCH_NAME).json
+
 .PHONY: bench-hooks
 bench-hooks: models ## what pre/post-processing hooks cost per execute, in-process (docs/benchmarks.md, Hooks)
 	$(PYTHON) -m client.bench_hooks --json results/bench-hooks-$(BENCH_NAME).json

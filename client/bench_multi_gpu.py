@@ -33,6 +33,7 @@ from numpy.typing import NDArray
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.grpc import model_config_pb2
 
+from triton_ort.onnx_files import save_model
 from triton_ort.testing.reference import reference_outputs
 from triton_ort.testing.transport import infer
 
@@ -67,11 +68,7 @@ def heavy_model(path: Path, width: int, layers: int) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", OUTPUT_WIDTH])],
         [weight("w_in", INPUT_WIDTH, width), weight("w", width, width), weight("w_out", width, OUTPUT_WIDTH)],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, path)
-    return path
+    return save_model(graph, path)
 
 
 def model_config(name: str, count: int, gpus: list[int]) -> str:

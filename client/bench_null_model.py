@@ -2,8 +2,10 @@
 
 No ONNX Runtime, no computation: what is left is the cost of Triton, the python-backend stub and the
 client for this model's inputs and outputs. Parameter `null_output` says where the zeros come from:
-'host' (numpy, as a host output travels) or 'device' (a torch CUDA tensor through DLPack, as a GPU output
-travels). `ours - null` for the matching output placement is then what our code adds per request.
+'host' (numpy, as a host output travels), 'device' (a torch CUDA tensor through DLPack, as a GPU output
+travels), and, to tell apart what a host output's form costs Triton: 'hostdl' (a torch CPU tensor through
+DLPack) and 'pinned' (a pinned torch CPU tensor through DLPack). `ours - null` for the matching output
+placement is then what our code adds per request.
 """
 
 import json
@@ -20,7 +22,7 @@ class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
         parameters = config.get("parameters", {})
-        self.on_device = parameters.get("null_output", {}).get("string_value", "host") == "device"
+        self.mode = parameters.get("null_output", {}).get("string_value", "host")
         self.outputs = [
             (out["name"], NP_TYPES[out["data_type"]], [int(d) for d in out["dims"]])
             for out in config["output"]
@@ -34,13 +36,16 @@ class TritonPythonModel:
             rows = inputs[0].shape[0]
             tensors = []
             for name, dtype, dims in self.outputs:
-                if self.on_device:
-                    zeros = torch.zeros(
-                        [rows, *dims], dtype=torch.from_numpy(np.empty(0, dtype)).dtype, device=self.device
-                    )
-                    torch.cuda.current_stream(self.device).synchronize()
-                    tensors.append(pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(zeros)))
-                else:
+                if self.mode == "host":
                     tensors.append(pb_utils.Tensor(name, np.zeros([rows, *dims], dtype=dtype)))
+                    continue
+                torch_dtype = torch.from_numpy(np.empty(0, dtype)).dtype
+                if self.mode == "device":
+                    zeros = torch.zeros([rows, *dims], dtype=torch_dtype, device=self.device)
+                    torch.cuda.current_stream(self.device).synchronize()
+                else:
+                    pinned = self.mode == "pinned" and torch.cuda.is_available()
+                    zeros = torch.zeros([rows, *dims], dtype=torch_dtype, pin_memory=pinned)
+                tensors.append(pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(zeros)))
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
         return responses

@@ -21,7 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import onnx
 import torch
+
+from triton_ort.onnx_files import OPSET, save_model
 
 
 def demo_classifier() -> torch.nn.Module:
@@ -83,6 +86,9 @@ def bench_variants(name: str) -> dict[str, Serving]:
         f"{name}_naive": Serving(NAIVE_MODEL_PY, instances, delay),
         f"{name}_null_host": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "host"),)),
         f"{name}_null_device": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "device"),)),
+        # What a host output's form costs Triton (client.profile_stub): torch CPU, pinned, via DLPack.
+        f"{name}_null_hostdl": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "hostdl"),)),
+        f"{name}_null_pinned": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "pinned"),)),
     }
     for count, queue_delay in SWEEP:
         variants[f"{name}_i{count}_d{queue_delay}"] = Serving(ZERO_COPY_MODEL_PY, count, queue_delay)
@@ -120,9 +126,12 @@ def export(module: torch.nn.Module, path: Path, input_name: str, output_name: st
             input_names=[input_name],
             output_names=[output_name],
             dynamic_axes={input_name: {0: "batch"}, output_name: {0: "batch"}},
-            opset_version=17,
+            opset_version=OPSET,
             dynamo=False,
         )
+    # torch's exporter stamps an IR version of its own choosing; re-stamp the one the opset needs, which
+    # the installed ORT reads (refused with the fix if it does not).
+    save_model(onnx.load(str(path)), path)
 
 
 def build(out: Path, names: list[str], bench: bool = False) -> None:

@@ -1,26 +1,107 @@
 #!/usr/bin/env bash
-# A GPU host's full run (docs/gpu-host.md): install this project into the host's Python (the one the
-# python-backend stub follows), build the models, run every test tier, the smoke check and the benchmark.
-# Usage on the host, from the project root, with the GPU stack already in the first python3 on PATH
-# (SKIP_BENCH=1 leaves the benchmark out):
-#   OUT=/some/dir bash scripts/gpu_check.sh [bench-models...]
+# The GPU test host's run (docs/gpu-host.md), in two calls: the tiers that can share the GPU side by side,
+# then the memory-sensitive reliability tier alone (its soak judges memory floors, which other tests' load
+# beside it would move). The host's Python is used as it is (USE_HOST_PYTHON=1: the first python3 on PATH,
+# the one the python-backend stub follows; HOST_PYTHON=/path/to/python3 picks another).
+# Usage on the host, from the project root:
+#   OUT=/tmp/gpu-out bash scripts/gpu_check.sh tiers         # gpu + integration + unit at once (~490 s on the H200)
+#   OUT=/tmp/gpu-out bash scripts/gpu_check.sh reliability   # tests/reliability alone (~317 s)
+#   OUT=/tmp/gpu-out bash scripts/gpu_check.sh bench [models...]   # the smoke check and the benchmark
+# Logs, JUnit XML and summary-<mode>.txt go to $OUT; the summary table (tier, passed, failed, errors,
+# skipped, seconds) is printed last. Exit status non-zero if any tier failed or did not finish.
 set -uo pipefail
+MODE=${1:-}
+case "$MODE" in
+  tiers | reliability | bench) shift ;;
+  *) echo "usage: OUT=DIR bash scripts/gpu_check.sh tiers|reliability|bench [bench-models...]" >&2; exit 2 ;;
+esac
 OUT=${OUT:-/tmp/gpu-out}
+HOST_PYTHON=${HOST_PYTHON:-python3}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-deps --no-index --no-build-isolation -e . || exit 1
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu-info.txt"
-python3 -c "import torch, onnxruntime as o, numpy; print('torch', torch.__version__, 'ort', o.__version__, o.get_available_providers(), 'numpy', numpy.__version__)" | tee -a "$OUT/gpu-info.txt"
-python3 scripts/build_models.py --out model_repository --models demo
+# installs this checkout into the host's Python only if it does not import it already; builds the demo
+make --no-print-directory USE_HOST_PYTHON=1 HOST_PYTHON="$HOST_PYTHON" host-python models || exit 1
+PYTHON=$(command -v "$HOST_PYTHON")
+{
+  date -u +%Y-%m-%dT%H:%MZ
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  "$PYTHON" -c "import importlib.metadata as m, torch, onnxruntime as o, numpy; print('nvidia-pytriton', m.version('nvidia-pytriton'), '| torch', torch.__version__, '| onnxruntime', o.__version__, o.get_available_providers(), '| numpy', numpy.__version__)"
+} 2>&1 | tee "$OUT/gpu-info-$MODE.txt"
+
 status=0
-python3 -m pytest -q -rs tests/unit tests/integration tests/gpu -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" || status=1
-python3 -m client.smoke --local 2>&1 | tee "$OUT/smoke.log" || status=1
-# -v: one line per test as it finishes, so a run cut short still says which tests failed.
-python3 -m pytest -v -rfE tests/reliability -p no:cacheprovider > "$OUT/pytest-reliability.log" 2>&1 || status=1
-grep -E "PASSED|FAILED|ERROR|XFAIL|XPASS|passed|failed" "$OUT/pytest-reliability.log" | tail -80
-if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  python3 scripts/build_models.py --bench --out bench_repository --models ${*:-demo mlp4096} > /dev/null
-  python3 -m client.bench --models ${*:-demo mlp4096} --profile --out "$OUT/bench-gpu.json" 2>"$OUT/bench-progress.log" \
-    | tee "$OUT/bench.log" || status=1
+if [ "$MODE" = bench ]; then
+  "$PYTHON" -m client.smoke --local 2>&1 | tee "$OUT/smoke.log" || status=1
+  "$PYTHON" scripts/build_models.py --bench --out bench_repository --models ${*:-demo mlp4096} > /dev/null || exit 1
+  "$PYTHON" -m client.bench --models ${*:-demo mlp4096} --profile --out "$OUT/bench-gpu.json" \
+    2>"$OUT/bench-progress.log" | tee "$OUT/bench.log" || status=1
+  exit $status
 fi
+
+# tier -> its paths and pytest arguments. The multi-GPU file is scripts/gpu_multi_check.sh's.
+declare -A ARGS=(
+  [gpu]="-q tests/gpu --ignore=tests/gpu/test_multi_gpu.py"
+  [integration]="-q tests/integration"
+  [unit]="-q tests/unit"
+  # -v: one line per test as it finishes, so a run cut short still says which tests passed or failed
+  [reliability]="-v tests/reliability"
+)
+if [ "$MODE" = tiers ]; then TIERS=(gpu integration unit); else TIERS=(reliability); fi
+
+declare -A PIDS SECONDS_OF
+started=$(date +%s)
+for tier in "${TIERS[@]}"; do
+  rm -f "$OUT/junit-$tier.xml"
+  (
+    t0=$(date +%s)
+    # shellcheck disable=SC2086  # ARGS holds several words on purpose
+    "$PYTHON" -m pytest -rfEs -p no:cacheprovider --junitxml="$OUT/junit-$tier.xml" ${ARGS[$tier]} \
+      > "$OUT/pytest-$tier.log" 2>&1
+    rc=$?
+    echo "$(( $(date +%s) - t0 )) $rc" > "$OUT/seconds-$tier.txt"
+    exit $rc
+  ) &
+  PIDS[$tier]=$!
+done
+for tier in "${TIERS[@]}"; do
+  wait "${PIDS[$tier]}" || status=1
+  SECONDS_OF[$tier]=$(cat "$OUT/seconds-$tier.txt" 2>/dev/null || echo "? ?")
+done
+
+# The table from each tier's JUnit XML; a tier without one (killed, or pytest could not start) says so.
+summary="$OUT/summary-$MODE.txt"
+{
+  echo "gpu_check $MODE: $(head -1 "$OUT/gpu-info-$MODE.txt"), $(( $(date +%s) - started )) s in all"
+  sed -n '2,3p' "$OUT/gpu-info-$MODE.txt"
+  for tier in "${TIERS[@]}"; do echo "$tier ${SECONDS_OF[$tier]} $OUT/junit-$tier.xml"; done \
+    | "$PYTHON" -c '
+import sys, xml.etree.ElementTree as ET
+rows = []
+for line in sys.stdin:
+    tier, seconds, rc, path = line.split()
+    try:
+        suites = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        rows.append([tier, "-", "-", "-", "-", seconds + " (no JUnit XML: see pytest-" + tier + ".log)"])
+        continue
+    # pytest exit 0: all passed, 1: some failed; anything else (2 interrupted, 3 internal error, 4 usage
+    # error, 5 nothing collected) is said beside the numbers, which then do not tell the whole story
+    if rc not in ("0", "1"):
+        seconds += f" (pytest exit {rc}: see pytest-{tier}.log)"
+    suites = [suites] if suites.tag == "testsuite" else list(suites)
+    n = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+    passed = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
+    rows.append([tier, passed, n["failures"], n["errors"], n["skipped"], seconds])
+header = ["tier", "passed", "failed", "errors", "skipped", "seconds"]
+widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+for row in [header, ["-" * w for w in widths], *rows]:
+    cells = [str(c).ljust(w) if i in (0, 5) else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
+    print("  ".join(cells).rstrip())
+'
+  # each tier in pytest's own words (its last summary line), for docs/gpu-host.md
+  for tier in "${TIERS[@]}"; do
+    echo "$tier: $(grep -E '(passed|failed|error|skipped|no tests ran).* in [0-9.]+s' "$OUT/pytest-$tier.log" | tail -1 | tr -d '=' | sed 's/^ *//;s/ *$//')"
+  done
+} > "$summary"
+for tier in "${TIERS[@]}"; do grep -hE "^(FAILED|ERROR) " "$OUT/pytest-$tier.log"; done | head -40
+cat "$summary"
 exit $status

@@ -8,16 +8,12 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-OPSET = [helper.make_opsetid("", 17)]
+from triton_ort.onnx_files import save_model
 
 
-def _save(graph: onnx.GraphProto, path: Path) -> Path:
-    model = helper.make_model(graph, opset_imports=OPSET)
-    model.ir_version = 8  # readable by every ORT we support
-    onnx.checker.check_model(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-    return path
+def save(graph: onnx.GraphProto, path: Path) -> Path:
+    """The graph as an ONNX file of the project's opset, readable by the installed ORT."""
+    return save_model(graph, path)
 
 
 def multi_io(path: Path) -> Path:
@@ -42,7 +38,7 @@ def multi_io(path: Path) -> Path:
         ],
         initializer=[helper.make_tensor("axes", TensorProto.INT64, [1], [1])],
     )
-    return _save(graph, path)
+    return save(graph, path)
 
 
 def identity(path: Path, element_type: int) -> Path:
@@ -54,7 +50,7 @@ def identity(path: Path, element_type: int) -> Path:
         [v("x", element_type, ["batch", 2])],
         [v("y", element_type, ["batch", 2])],
     )
-    return _save(graph, path)
+    return save(graph, path)
 
 
 def nonzero(path: Path) -> Path:
@@ -66,7 +62,7 @@ def nonzero(path: Path) -> Path:
         [v("x", TensorProto.FLOAT, ["batch", 4])],
         [v("indices", TensorProto.INT64, [2, None])],
     )
-    return _save(graph, path)
+    return save(graph, path)
 
 
 def pairwise_add(path: Path) -> Path:
@@ -78,7 +74,7 @@ def pairwise_add(path: Path) -> Path:
         [v("x", TensorProto.FLOAT, ["batch", "n"]), v("y", TensorProto.FLOAT, ["batch", "m"])],
         [v("z", TensorProto.FLOAT, ["batch", "n"])],
     )
-    return _save(graph, path)
+    return save(graph, path)
 
 
 def gather_elements(path: Path) -> Path:
@@ -90,7 +86,7 @@ def gather_elements(path: Path) -> Path:
         [v("x", TensorProto.FLOAT, ["batch", 4]), v("idx", TensorProto.INT64, ["batch", 1])],
         [v("out", TensorProto.FLOAT, ["batch", 1])],
     )
-    return _save(graph, path)
+    return save(graph, path)
 
 
 def blowup(path: Path) -> Path:
@@ -114,4 +110,4 @@ def blowup(path: Path) -> Path:
             helper.make_tensor("one", TensorProto.INT64, [1], [1]),
         ],
     )
-    return _save(graph, path)
+    return save(graph, path)

@@ -44,8 +44,18 @@ class Runs(Protocol):
     def to_device(self, tensor: torch.Tensor) -> torch.Tensor: ...
 
 
-def _group_key(tensors: Tensors) -> tuple[tuple[str, torch.dtype, tuple[int, ...]], ...]:
-    return tuple((name, t.dtype, tuple(t.shape[1:])) for name, t in sorted(tensors.items()))
+def _group_key(tensors: Tensors) -> tuple[tuple[str, torch.dtype, tuple[int, ...]], ...] | None:
+    """What requests must share to be concatenated along axis 0 (names, dtypes, the other axes); None
+    when this one cannot join any group (a scalar input, or inputs of different batch sizes)."""
+    rows = None
+    key = []
+    for name, tensor in sorted(tensors.items()):
+        shape = tensor.shape
+        if not shape or (rows is not None and shape[0] != rows):
+            return None
+        rows = shape[0]
+        key.append((name, tensor.dtype, shape[1:]))  # torch.Size is a tuple: hashable as it is
+    return tuple(key)
 
 
 # The size of the allocation that failed, as ORT's arena words it (bfc_arena.cc: "Failed to allocate memory
@@ -152,13 +162,8 @@ def run_requests(runner: Runs, requests: Sequence[Tensors], gather: bool) -> lis
         except InputError as error:
             results[index] = error
             continue
-        batched = (
-            runner.outputs_follow_batch
-            and all(t.dim() > 0 for t in tensors.values())
-            and len({t.shape[0] for t in tensors.values()}) == 1  # one batch size across its inputs
-        )
-        key = _group_key(tensors) if gather and batched else ("alone", index)
-        groups.setdefault(key, []).append(index)
+        key = _group_key(tensors) if gather and runner.outputs_follow_batch else None
+        groups.setdefault(("alone", index) if key is None else key, []).append(index)
     for members in groups.values():
         gathered = _run_gathered(runner, [requests[i] for i in members]) if len(members) > 1 else None
         for position, index in enumerate(members):

@@ -8,10 +8,11 @@ difference since the last execute is added, so no hot-path line is instrumented.
 In the python backend every Metric.increment() is a blocking round trip from the stub to the server process
 (python_backend src/metric.cc, SendIncrementRequest): measured on CPU, sending the five to seven changed
 counters after every execute cost a median 155 µs, twice the demo model's own run. So an execute only adds
-to local totals, and the changed counters are sent at most once per `flush_interval_s` (1 s; Prometheus
-scrapes every 15-60 s), by the first execute after the interval and when the instance is finalized. The
-time an execute spends on metrics is the `metrics` step of the debug record (median 36 µs after this change,
-same machine).
+its requests and rows to three local numbers, and the changed counters (with what the runner's totals
+gained meanwhile) are sent at most once per `flush_interval_s` (1 s; Prometheus scrapes every 15-60 s), by
+the first execute after the interval and when the instance is finalized. In-process on the CPU machine,
+an execute with metrics now costs what one without does (ModelInstance.infer on an identity model: 18 µs
+either way; 27 against 11 µs when each execute worked out the runner's deltas).
 """
 
 from __future__ import annotations
@@ -166,8 +167,10 @@ class InstanceMetrics:
         self._flush_interval_s = flush_interval_s
         self._clock = clock
         self._flushed_at = -math.inf  # the first execute's counts are sent at once
-        # Counts not yet sent, by metric: an execute only adds here (cheap); flush() sends them.
-        self._unsent: dict[Counter, float] = {}
+        # Executes, requests and rows not yet sent: an execute only adds here (cheap); flush() sends them
+        # with what the runner's totals (`_stats`) gained since the last send (`_last`).
+        self._pending = [0, 0, 0]
+        self._on_device = False
         self._backend = (
             backend  # a MetricFamily outlives its metrics (python backend: deleted when collected)
         )
@@ -197,38 +200,41 @@ class InstanceMetrics:
             self.labels,
         )
         self._last = RunnerStats()
+        self._stats = self._last
 
     def loaded(self, stats: RunnerStats, cpu_fallback: bool) -> None:
         """Report what the load decided; counting starts from `stats` (warm-up runs are not counted)."""
         self._cpu_fallback.set(1.0 if cpu_fallback else 0.0)
         self._last = stats.snapshot()
-
-    def _add(self, metric: Counter, value: float) -> None:
-        if value:
-            self._unsent[metric] = self._unsent.get(metric, 0.0) + value
+        self._stats = stats
 
     def record_execute(self, stats: RunnerStats, requests: int, rows: int, on_device: bool) -> None:
-        """One execute(): its requests and rows, and what the runner's totals gained since the last one.
-        Sent to the server when the flush interval has passed since the last send."""
-        self._add(self._executes, 1)
-        self._add(self._requests, requests)
-        self._add(self._rows, rows)
-        for stat, metric in self._runner:
-            self._add(metric, getattr(stats, stat) - getattr(self._last, stat))
-        if on_device:
-            runs = stats.ort_runs - self._last.ort_runs
-            to_host = stats.host_output_runs - self._last.host_output_runs
-            self._add(self._placement["host"], to_host)
-            self._add(self._placement["device"], runs - to_host)
-        self._last = stats.snapshot()
+        """One execute(): its requests and rows; the runner's totals are `stats`. An execute only adds
+        three numbers; what the runner's totals gained is worked out when the counts are sent, at most
+        once per flush interval."""
+        self._pending[0] += 1
+        self._pending[1] += requests
+        self._pending[2] += rows
+        self._stats, self._on_device = stats, on_device
         if self._clock() - self._flushed_at >= self._flush_interval_s:
             self.flush()
 
     def flush(self) -> None:
         """Send every count not yet sent (only counters that changed: each is a round trip)."""
-        unsent, self._unsent = self._unsent, {}
+        stats, last = self._stats, self._last
+        unsent = dict(zip((self._executes, self._requests, self._rows), self._pending, strict=True))
+        for stat, metric in self._runner:
+            unsent[metric] = getattr(stats, stat) - getattr(last, stat)
+        if self._on_device:
+            runs = stats.ort_runs - last.ort_runs
+            to_host = stats.host_output_runs - last.host_output_runs
+            unsent[self._placement["host"]] = to_host
+            unsent[self._placement["device"]] = runs - to_host
+        self._pending = [0, 0, 0]
+        self._last = stats.snapshot()
         for metric, value in unsent.items():
-            metric.increment(value)
+            if value:
+                metric.increment(value)
         self._flushed_at = self._clock()
 
 

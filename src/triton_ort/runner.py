@@ -1,21 +1,25 @@
 """Run an ORT session on torch tensors with IO binding: inputs and outputs stay where they are.
 
-Inputs are bound by pointer. Outputs whose shape follows from the inputs (static axes, or a symbolic axis
-that also names an input axis, such as the batch) are allocated as torch tensors on the session's device and
-bound by pointer, so ORT writes straight into memory torch owns. Outputs with data-dependent shapes are
-allocated by ORT on the device and wrapped as torch tensors through DLPack, again without a host copy.
+Everything that depends only on a request's input signature (names, dtypes, shapes) is worked out once, in
+a `RunPlan`: the output shapes, where the outputs go (`OutputPlacement`), the output buffers and their
+bindings, the pinned host buffers for outputs handed back on the host, and a CUDA graph id. A run then
+reads the input pointers, binds them, runs, queues the host copies, and hands back the plan's buffers:
+no allocation, no rebinding of outputs, no per-run decision.
 
-Where the outputs go is decided per run (`OutputPlacement`). Handing a GPU tensor back through Triton's
-python backend has a fixed cost (measured ~0.45 ms for a KB-size output on an H200, docs/benchmarks.md),
-which a small output does not repay; such outputs are copied once into pinned host memory on the session's
-stream. Device-placed outputs come from torch's caching allocator, which hands the same block back only
-after the previous answer has been released by Triton; host-placed runs write into device buffers this
-runner keeps (nothing outside sees them), and their host copies go into pinned buffers that are reused from
-one execute to the next (the python backend has copied a response's outputs before the next execute).
+Outputs whose shape follows from the inputs (static axes, or a symbolic axis that also names an input
+axis, such as the batch) live in buffers the plan allocates, so ORT writes straight into memory torch
+owns. Outputs with data-dependent shapes are allocated by ORT on the device at each run and wrapped as
+torch tensors through DLPack, again without a host copy.
 
-An output binding is only redone when the pointer or the shape changed: with repeating shapes, the runner's
-own buffers and the allocator's block reuse, a steady stream of requests rebinds no output. Inputs are
-bound every run (ORT may keep a copy of an input taken at bind time).
+A plan's buffers are handed out as the answer, and reused by the plan's next run. That is safe across
+executes: Triton's python backend has copied a response's outputs before it sends the instance its next
+execute(), which ModelInstance declares with `begin_execute()`. Within one execute, a plan whose buffers
+already hold an answer runs as a spare (a plan of the same signature with buffers of its own, not cached);
+so does every run of a caller that never declares executes (each answer is then its own).
+
+Handing a GPU tensor back through Triton's python backend has a fixed cost (measured ~0.45 ms for a
+KB-size output on an H200, docs/benchmarks.md), which a small output does not repay; such outputs are
+copied once into the plan's pinned host buffers, on the session's stream.
 
 On a CUDA session with a caller's stream, ORT does not synchronise at the end of a run: the caller
 synchronises that stream once (ModelInstance.infer does), after the host copies are queued.
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -82,8 +87,42 @@ def _shape_text(shape: Sequence[Dim]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
+Signature = tuple[tuple[str, torch.dtype, tuple[int, ...]], ...]
+
+PLAN_CACHE_SIZE = 32
+"""Plans kept per runner, least recently used first out: a load of ever-new batch sizes (gathered requests
+sum theirs) cannot grow memory without bound. A signature past it is planned again when it comes back."""
+
+MAX_CUDA_GRAPHS = 32
+"""Signatures captured as CUDA graphs per runner; past it, new signatures run without a graph. A captured
+plan is never evicted: its graph replays on the addresses of its buffers."""
+
+
+def _signature(tensors: Mapping[str, torch.Tensor]) -> Signature:
+    return tuple((name, tensor.dtype, tensor.shape) for name, tensor in tensors.items())  # Size: a tuple
+
+
+@dataclass
+class RunPlan:
+    """One input signature's run, prepared: its binding, output buffers and run options."""
+
+    binding: ort.IOBinding
+    outputs: dict[str, torch.Tensor]
+    """Bound once, written by every run: the outputs whose shapes the signature fixes."""
+    ort_allocated: tuple[TensorSpec, ...]
+    """Outputs of data-dependent shape, allocated by ORT at each run."""
+    host: dict[str, torch.Tensor] | None
+    """Pinned copies of every output, handed back instead of the device ones (host placement)."""
+    run_options: ort.RunOptions | None
+    graph_inputs: dict[str, torch.Tensor] | None = None
+    """A CUDA graph's fixed input buffers (bound once): each run copies its inputs into them."""
+    answered: int = -1
+    """The execute whose answer holds this plan's buffers."""
+
+
 class IOBindingRunner:
-    """Runs one session on torch tensors. Not thread-safe: one runner per model instance."""
+    """Runs one session on torch tensors, through one RunPlan per input signature. Not thread-safe: one
+    runner per model instance."""
 
     def __init__(
         self,
@@ -101,37 +140,30 @@ class IOBindingRunner:
         self.device = torch.device(f"cuda:{self.placement.device_id}" if self.placement.is_cuda else "cpu")
         self.inputs = read_specs(session.get_inputs(), "input")
         self.outputs = read_specs(session.get_outputs(), "output")
-        self._output_plans = {spec.name: _plan_output_shape(spec, self.inputs) for spec in self.outputs}
+        self._output_shapes = {spec.name: _plan_output_shape(spec, self.inputs) for spec in self.outputs}
         # Requests can be concatenated along axis 0 only if every output's first axis is that same batch
         # axis; otherwise the joint output could not be split back (a size that merely equals the row
         # count would be split wrongly).
         self.outputs_follow_batch = all(
             plan and isinstance(plan[0], _AxisSource) and plan[0].axis == 0
-            for plan in self._output_plans.values()
+            for plan in self._output_shapes.values()
         )
-        self._binding = session.io_binding()
-        self._bound_outputs: dict[str, tuple[int, tuple[int, ...]]] = {}  # name -> (pointer, shape)
-        self._scratch: dict[str, torch.Tensor] = {}  # device buffers of host-placed runs, by output
-        self._scratch_views: dict[str, torch.Tensor] = {}  # the last view of each, reused for its shape
-        # Pinned host buffers for host-placed outputs, by output, and how much of each this execute used;
-        # None until begin_execute() says when earlier outputs are consumed (until then: new each run).
-        self._host_buffers: dict[str, torch.Tensor] = {}
-        self._host_used: dict[str, int] | None = None
-        self._host_first_views: dict[str, torch.Tensor] = {}  # the slice at offset 0, reused for its shape
-        self._valid_signatures: set[tuple[tuple[str, torch.dtype, tuple[int, ...]], ...]] = set()
+        self._valid_signatures: set[Signature] = set()
+        self._plans: OrderedDict[Signature, RunPlan] = OrderedDict()
+        self._graph_plans: dict[Signature, RunPlan] = {}
+        self._execute = 0  # counts begin_execute(); 0: the caller declares no executes
         self.stats = RunnerStats()
         # A failed run can leave ORT's CUDA arena holding what it grabbed for it (a request that asked for
         # more than the GPU has once left 140 GB reserved). The next run then shrinks the arena back.
         self.arena_needs_shrink = False
         self._run_options, self._shrink_options = self._make_run_options(arena_shrinkage)
-        self._graphs: _CudaGraphs | None = None
-        if cuda_graph and self.placement.is_cuda:
-            if any(plan is None for plan in self._output_plans.values()):
+        self._cuda_graph = cuda_graph and self.placement.is_cuda
+        if self._cuda_graph:
+            if any(shape is None for shape in self._output_shapes.values()):
                 raise ConfigError(
                     "cuda_graph needs every output's shape to follow from the inputs' shapes; this model "
                     "has outputs of data-dependent size. Set cuda_graph: false."
                 )
-            self._graphs = _CudaGraphs(self.device)
             self._shrink_options = None  # a captured graph keeps its memory; nothing to shrink
         # An empty tensor's data_ptr may be 0, which ORT rejects; bind this instead (never read: 0 elements).
         self._placeholder = torch.empty(8, dtype=torch.uint8, device=self.device)
@@ -156,21 +188,26 @@ class IOBindingRunner:
             options = ort.RunOptions()
             options.add_run_config_entry("memory.enable_memory_arena_shrinkage", arena_shrinkage)
             return options, None
-        options, shrink = ort.RunOptions(), ort.RunOptions()
+        options, shrink = self._cuda_run_options(), self._cuda_run_options()
         if arena_shrinkage:  # the config's memory.enable_memory_arena_shrinkage, on every run
             options.add_run_config_entry("memory.enable_memory_arena_shrinkage", arena_shrinkage)
         shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", f"gpu:{self.placement.device_id}")
+        return options, shrink
+
+    def _cuda_run_options(self, graph_id: int | None = None) -> ort.RunOptions:
+        options = ort.RunOptions()
+        if graph_id is not None:
+            options.add_run_config_entry("gpu_graph_id", str(graph_id))
         if self.placement.cuda_stream is not None:
             # ORT's end-of-run stream sync would be the first of two: the caller syncs the same stream
             # after queueing the host copies, so one wait covers kernels and copies.
-            for run_options in (options, shrink):
-                run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
-        return options, shrink
+            options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+        return options
 
     def validate(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Raise InputError naming the input, what was expected and what came."""
-        # Requests repeat a few signatures (names, dtypes, shapes); each is checked in full once.
-        signature = tuple((name, tensor.dtype, tuple(tensor.shape)) for name, tensor in tensors.items())
+        # Requests repeat a few signatures; each is checked in full once.
+        signature = _signature(tensors)
         if signature in self._valid_signatures:
             return
         self._check(tensors)
@@ -219,82 +256,144 @@ class IOBindingRunner:
                         f"got {first[1]} and {size}"
                     )
 
+    @property
+    def plan_count(self) -> int:
+        """Plans cached now (CUDA graphs included)."""
+        return len(self._plans) + len(self._graph_plans)
+
+    def begin_execute(self) -> None:
+        """Declare that the outputs handed out so far have been consumed, so the plans' buffers may be
+        written again. Triton's python backend copies a response's outputs before it sends the instance
+        its next execute(), so ModelInstance calls this at the start of each one."""
+        self._execute += 1
+
     def run(
         self, tensors: Mapping[str, torch.Tensor], validated: bool = False, fresh: bool = False
     ) -> dict[str, torch.Tensor]:
         """Validate (unless the caller just did), bind, run. Outputs are torch tensors on the session's
         device, or in pinned host memory when the placement says so; on a CUDA session with a caller's
-        stream they are complete once that stream is synchronised. `fresh`: the caller has just queued
-        work on the stream that produces these inputs (a concatenation, a hook), so it is waited for
-        before binding, as a staging copy is."""
+        stream they are complete once that stream is synchronised. They stay valid until the next
+        begin_execute(). `fresh`: the caller has just queued work on the stream that produces these
+        inputs (a concatenation, a hook), so it is waited for before binding, as a staging copy is."""
         if not validated:
             self.validate(tensors)
         started = time.perf_counter()
-        # Keep the bound tensors referenced until run() returns: ORT holds only their pointers.
         staged_before = self.stats.host_to_device_copies
-        bound = {name: self.to_device(tensor) for name, tensor in tensors.items()}
-        run_options, graphed = self._run_options, False
-        if self._graphs is not None:  # a captured graph replays on the addresses it was captured with
-            run_options, graphed = self._graphs.options_for(bound)
-            if graphed:
-                bound = {name: self._graphs.stage(name, tensor) for name, tensor in bound.items()}
+        # Kept referenced until run() returns: ORT holds only their pointers.
+        staged = [self.to_device(tensors[spec.name]) for spec in self.inputs]
+        plan = self._plan_for(tensors)
+        binding = plan.binding
+        if plan.graph_inputs is not None:  # a graph replays on the addresses it was captured with
+            for fixed, tensor in zip(plan.graph_inputs.values(), staged, strict=True):
+                fixed.copy_(tensor, non_blocking=True)
         if (fresh or self.stats.host_to_device_copies != staged_before) and self.placement.is_cuda:
             # ORT copies an input it needs on the CPU at bind time, with a blocking copy on the legacy
             # stream, which does not wait for the staging copy (or the caller's kernels) just queued on ours.
             torch.cuda.current_stream(self.device).synchronize()
-        for spec in self.inputs:
-            # Inputs are bound every run, even at an unchanged address: ORT keeps its own copy of an input
-            # it needs on another device, taken at bind time, so a skipped bind would reuse old values.
-            self._bind(spec, bound[spec.name], is_input=True)
-        shapes = {spec.name: self._output_shape(spec.name, bound) for spec in self.outputs}
-        to_host = self._outputs_to_host(shapes)
-        preallocated = {}
-        for spec in self.outputs:
-            shape = shapes[spec.name]
-            if shape is None:
-                self._bound_outputs.pop(spec.name, None)
-                self._binding.bind_output(spec.name, self.placement.device_type, self.placement.device_id)
-                continue
-            if graphed:
-                assert self._graphs is not None
-                tensor = self._graphs.buffer(("output", spec.name), shape, spec.element_type.torch_dtype)
-            elif to_host:
-                tensor = self._scratch_output(spec, shape)
-            else:
-                tensor = self._new_output(spec, shape)
-            preallocated[spec.name] = tensor
-            self._bind(spec, tensor, is_input=False)
+        if plan.graph_inputs is None:
+            # Bound every run, even at an unchanged address: ORT keeps its own copy of an input it needs
+            # on another device, taken at bind time, so a skipped bind would reuse old values.
+            for spec, tensor in zip(self.inputs, staged, strict=True):
+                self._bind(binding.bind_input, spec, tensor)
+        for spec in plan.ort_allocated:
+            binding.bind_output(spec.name, self.placement.device_type, self.placement.device_id)
         ran = time.perf_counter()
         self.stats.bind_seconds += ran - started
         shrink = self.arena_needs_shrink and self._shrink_options is not None
         try:
-            self.session.run_with_iobinding(self._binding, self._shrink_options if shrink else run_options)
-            self.stats.arena_shrinks += int(shrink)
+            self.session.run_with_iobinding(binding, self._shrink_options if shrink else plan.run_options)
         except Exception:
             self.arena_needs_shrink = self._shrink_options is not None
-            self._bound_outputs.clear()  # do not trust what a failed run left bound
+            self._forget(plan)  # do not trust what a failed run left bound
             raise
+        self.stats.arena_shrinks += int(shrink)
         self.arena_needs_shrink = False
+        plan.answered = self._execute
         finished = time.perf_counter()
         self.stats.ort_run_seconds += finished - ran
         self.stats.ort_runs += 1
-        outputs = preallocated
-        if len(preallocated) != len(self.outputs):
-            produced = self._binding.get_outputs()
+        outputs = dict(plan.outputs)  # a dict of the caller's own: a hook may change it
+        if plan.ort_allocated:
+            produced = dict(zip((spec.name for spec in self.outputs), binding.get_outputs(), strict=True))
             outputs = {
-                spec.name: preallocated[spec.name]
-                if spec.name in preallocated
-                else _ortvalue_to_torch(value, self.device)
-                for spec, value in zip(self.outputs, produced, strict=True)
+                spec.name: outputs[spec.name]
+                if spec.name in outputs
+                else _ortvalue_to_torch(produced[spec.name], self.device)
+                for spec in self.outputs
             }
-        if not to_host:
-            if graphed:  # the graph's buffers are written again by its next replay
-                return {name: tensor.clone() for name, tensor in outputs.items()}
+        if plan.host is None:
             return outputs
-        host = {name: self._to_pinned_host(name, tensor) for name, tensor in outputs.items()}
+        answer = {}
+        for name, tensor in outputs.items():
+            host = plan.host.get(name)
+            if host is None:  # data-dependent size: pinned memory of this run's own
+                host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+            host.copy_(tensor, non_blocking=True)
+            answer[name] = host
+        self.stats.device_to_host_copies += len(answer)
         self.stats.host_output_runs += 1
         self.stats.device_to_host_seconds += time.perf_counter() - finished
-        return host
+        return answer
+
+    def _plan_for(self, tensors: Mapping[str, torch.Tensor]) -> RunPlan:
+        """The signature's cached plan, made on its first run; a spare one when the cached plan's buffers
+        still hold an answer (given in this execute, or to a caller that declares no executes)."""
+        if self._execute == 0:
+            return self._new_plan(tensors, graph=False)
+        signature = _signature(tensors)
+        plan = self._graph_plans.get(signature) or self._plans.get(signature)
+        if plan is None:
+            graph = self._cuda_graph and len(self._graph_plans) < MAX_CUDA_GRAPHS
+            plan = self._new_plan(tensors, graph)
+            if graph:
+                self._graph_plans[signature] = plan
+            else:
+                self._plans[signature] = plan
+                if len(self._plans) > PLAN_CACHE_SIZE:
+                    self._plans.popitem(last=False)
+        elif signature in self._plans:
+            self._plans.move_to_end(signature)
+        if plan.answered == self._execute:
+            return self._new_plan(tensors, graph=False)
+        return plan
+
+    def _forget(self, plan: RunPlan) -> None:
+        for plans in (self._plans, self._graph_plans):
+            for signature, cached in list(plans.items()):
+                if cached is plan:
+                    del plans[signature]
+
+    def _new_plan(self, tensors: Mapping[str, torch.Tensor], graph: bool) -> RunPlan:
+        binding = self.session.io_binding()
+        shapes = {spec.name: self._output_shape(spec.name, tensors) for spec in self.outputs}
+        to_host = self._outputs_to_host(shapes)
+        outputs: dict[str, torch.Tensor] = {}
+        for spec in self.outputs:
+            shape = shapes[spec.name]
+            if shape is not None:
+                outputs[spec.name] = torch.empty(
+                    shape, dtype=spec.element_type.torch_dtype, device=self.device
+                )
+                self._bind(binding.bind_output, spec, outputs[spec.name])
+        host: dict[str, torch.Tensor] | None = None
+        if to_host:
+            host = {
+                name: torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+                for name, tensor in outputs.items()
+            }
+        graph_inputs = None
+        run_options = self._run_options
+        if graph:
+            graph_inputs = {
+                spec.name: torch.empty_like(tensors[spec.name], device=self.device) for spec in self.inputs
+            }
+            for spec, fixed in zip(self.inputs, graph_inputs.values(), strict=True):
+                self._bind(binding.bind_input, spec, fixed)
+            run_options = self._cuda_run_options(graph_id=len(self._graph_plans) + 1)  # ORT reserves 0
+        elif self._cuda_graph:
+            run_options = self._cuda_run_options(graph_id=-1)  # this signature runs without a graph
+        ort_allocated = tuple(spec for spec in self.outputs if spec.name not in outputs)
+        return RunPlan(binding, outputs, ort_allocated, host, run_options, graph_inputs)
 
     def _outputs_to_host(self, shapes: Mapping[str, tuple[int, ...] | None]) -> bool:
         if not self.placement.is_cuda or self.output_placement.mode == "device":
@@ -308,63 +407,6 @@ class IOBindingRunner:
             for spec in self.outputs
         )
         return total <= self.output_placement.host_max_bytes
-
-    def _new_output(self, spec: TensorSpec, shape: tuple[int, ...]) -> torch.Tensor:
-        return torch.empty(shape, dtype=spec.element_type.torch_dtype, device=self.device)
-
-    def _scratch_output(self, spec: TensorSpec, shape: tuple[int, ...]) -> torch.Tensor:
-        """A view of this runner's own device buffer for that output, grown when a larger one is needed:
-        it only lives until the host copy, so it can be reused by the next run (same pointer, no rebind)."""
-        cached = self._scratch_views.get(spec.name)
-        if cached is not None and cached.shape == shape:
-            return cached  # the same view object: no tensor op on the way
-        numel = math.prod(shape)
-        buffer = self._scratch.get(spec.name)
-        if buffer is None or buffer.numel() < numel:
-            buffer = torch.empty(max(numel, 1), dtype=spec.element_type.torch_dtype, device=self.device)
-            self._scratch[spec.name] = buffer
-        view = buffer[:numel].view(shape)
-        self._scratch_views[spec.name] = view
-        return view
-
-    def begin_execute(self) -> None:
-        """Declare that the outputs handed out so far have been consumed, so their host memory may be
-        reused. Triton's python backend copies a response's outputs before it sends the instance its next
-        execute(), so ModelInstance calls this at the start of each one."""
-        self._host_used = {}
-
-    def _to_pinned_host(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
-        """One device-to-host copy into pinned memory, queued on the current stream (the session's)."""
-        if tensor.device.type == "cpu":
-            return tensor
-        numel = tensor.numel()
-        if self._host_used is None:
-            host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-        else:
-            # Several runs of one execute take consecutive slices; a buffer too small is replaced by one
-            # twice the size (slices already handed out keep the old one alive).
-            used = self._host_used.get(name, 0)
-            cached = self._host_first_views.get(name)
-            if (
-                used == 0
-                and cached is not None
-                and cached.shape == tensor.shape
-                and cached.dtype == tensor.dtype
-            ):
-                host = cached  # the usual case, one run per execute: no tensor op but the copy
-            else:
-                buffer = self._host_buffers.get(name)
-                if buffer is None or buffer.dtype != tensor.dtype or buffer.numel() < used + numel:
-                    buffer = torch.empty(max(2 * (used + numel), 1), dtype=tensor.dtype, pin_memory=True)
-                    self._host_buffers[name], used = buffer, 0
-                    self._host_first_views.pop(name, None)
-                host = buffer[used : used + numel].view(tensor.shape)
-                if used == 0:
-                    self._host_first_views[name] = host
-            self._host_used[name] = used + numel
-        host.copy_(tensor, non_blocking=True)
-        self.stats.device_to_host_copies += 1
-        return host
 
     def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         # A CPU tensor for a GPU session costs exactly one host-to-device copy; no numpy round trip.
@@ -382,79 +424,27 @@ class IOBindingRunner:
             self.stats.device_to_device_copies += 1
         return tensor.to(self.device).contiguous()
 
-    def _pointer(self, tensor: torch.Tensor) -> int:
-        return int(tensor.data_ptr()) if tensor.numel() else int(self._placeholder.data_ptr())
-
-    def _bind(self, spec: TensorSpec, tensor: torch.Tensor, is_input: bool) -> None:
-        """Bind by pointer; an output already bound at the same pointer and shape is left as it is."""
-        pointer, shape = self._pointer(tensor), tuple(tensor.shape)
-        if not is_input and self._bound_outputs.get(spec.name) == (pointer, shape):
-            return
-        bind = self._binding.bind_input if is_input else self._binding.bind_output
+    def _bind(self, bind: Any, spec: TensorSpec, tensor: torch.Tensor) -> None:
+        """Bind by pointer (an input, or an output buffer of a plan)."""
+        pointer = int(tensor.data_ptr()) if tensor.numel() else int(self._placeholder.data_ptr())
         bind(
             spec.name,
             self.placement.device_type,
             self.placement.device_id,
             spec.element_type.onnx_proto,
-            list(shape),
+            list(tensor.shape),
             pointer,
         )
-        if not is_input:
-            self._bound_outputs[spec.name] = (pointer, shape)
         self.stats.binds += 1
 
-    def _output_shape(self, name: str, bound: Mapping[str, torch.Tensor]) -> tuple[int, ...] | None:
-        plan = self._output_plans[name]
+    def _output_shape(self, name: str, tensors: Mapping[str, torch.Tensor]) -> tuple[int, ...] | None:
+        plan = self._output_shapes[name]
         if plan is None:
             return None
         return tuple(
-            dim if isinstance(dim, int) else int(bound[dim.input_name].shape[dim.axis])  # type: ignore[union-attr]
+            dim if isinstance(dim, int) else int(tensors[dim.input_name].shape[dim.axis])  # type: ignore[union-attr]
             for dim in plan
         )
-
-
-class _CudaGraphs:
-    """ORT CUDA graphs (opt-in `cuda_graph`): one graph per input-shape signature, captured by ORT on
-    the first runs of that signature (run option gpu_graph_id, ORT >= 1.18) and replayed after. A replay
-    reads and writes the addresses it was captured with, so inputs are copied into fixed buffers and
-    outputs come from fixed buffers, one set per shape, never moved or freed."""
-
-    MAX_GRAPHS = 32  # signatures past this run without a graph (gpu_graph_id -1)
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self._buffers: dict[tuple[tuple[str, str], tuple[int, ...]], torch.Tensor] = {}
-        self._ids: dict[tuple[tuple[str, tuple[int, ...]], ...], ort.RunOptions] = {}
-        self._uncaptured = self._options(-1)
-
-    @staticmethod
-    def _options(graph_id: int) -> ort.RunOptions:
-        options = ort.RunOptions()
-        options.add_run_config_entry("gpu_graph_id", str(graph_id))
-        options.add_run_config_entry("disable_synchronize_execution_providers", "1")
-        return options
-
-    def options_for(self, bound: Mapping[str, torch.Tensor]) -> tuple[ort.RunOptions, bool]:
-        """The run options for these input shapes, and whether they run as a graph (False past
-        MAX_GRAPHS shapes: such runs take the ordinary path and keep no fixed buffers)."""
-        key = tuple(sorted((name, tuple(t.shape)) for name, t in bound.items()))
-        options = self._ids.get(key)
-        if options is None:
-            if len(self._ids) >= self.MAX_GRAPHS:
-                return self._uncaptured, False
-            options = self._ids[key] = self._options(len(self._ids) + 1)  # ORT reserves 0
-        return options, True
-
-    def buffer(self, key: tuple[str, str], shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        tensor = self._buffers.get((key, shape))
-        if tensor is None:
-            tensor = self._buffers[(key, shape)] = torch.empty(shape, dtype=dtype, device=self.device)
-        return tensor
-
-    def stage(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
-        fixed = self.buffer(("input", name), tuple(tensor.shape), tensor.dtype)
-        fixed.copy_(tensor, non_blocking=True)
-        return fixed
 
 
 def _ortvalue_to_torch(value: Any, device: torch.device) -> torch.Tensor:

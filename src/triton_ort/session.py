@@ -45,6 +45,27 @@ _EXECUTION_MODES = {
     "parallel": ort.ExecutionMode.ORT_PARALLEL,
 }
 
+# ORT's log severities (onnxruntime/core/common/logging/severity.h).
+ORT_WARNING, ORT_ERROR, ORT_FATAL = 2, 3, 4
+
+
+def ort_log_severity(logger: logging.Logger = LOGGER) -> int:
+    """ORT's log severity for our logger's level: ORT's warnings only when we are debugging, its errors
+    otherwise.
+
+    ORT writes its log straight to the process's stderr, ANSI-coloured whether or not that is a terminal,
+    and its Python API has no way to hand the lines to `logging` before 1.32 (set_default_logger_callback;
+    the image has 1.20, the GPU host 1.31). Its warnings are about
+    ORT's own choices (unused initializers, "No registered plugin EP device found", nodes left on CPU);
+    what matters to a user (a provider that did not start, a retry with other options) create_session
+    checks and reports itself. An ORT error still reaches stderr, and Triton's log inside the stub.
+    """
+    if logger.isEnabledFor(logging.DEBUG):
+        return ORT_WARNING
+    if logger.isEnabledFor(logging.ERROR):
+        return ORT_ERROR
+    return ORT_FATAL
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -61,6 +82,7 @@ class Placement:
 
 def _session_options(options: ModelOptions) -> ort.SessionOptions:
     session_options = ort.SessionOptions()
+    session_options.log_severity_level = ort_log_severity()
     session_options.graph_optimization_level = _OPTIMIZATION_LEVELS[options.graph_optimization_level]
     session_options.execution_mode = _EXECUTION_MODES[options.execution_mode]
     session_options.intra_op_num_threads = options.intra_op_num_threads
@@ -164,6 +186,10 @@ def create_session(model_path: Path, options: ModelOptions, placement: Placement
             f"{ort.get_available_providers()}) has no OpenVINOExecutionProvider. Fix: install "
             "onnxruntime-openvino in place of onnxruntime, or remove the accelerator"
         )
+    # The default logger is the process's: it writes what ORT logs outside a session, such as the provider
+    # lookup's "No registered plugin EP device found" (ORT >= 1.26) at every CUDA session. Set at each
+    # creation, so that a level changed since the last one applies.
+    ort.set_default_logger_severity(ort_log_severity())
     providers = requested_providers(options, placement)
     if placement.is_cuda and CUDA_EP in ort.get_available_providers():
         preload_cuda_libraries()

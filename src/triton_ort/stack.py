@@ -131,15 +131,15 @@ def check_cuda() -> str:
 def _identity_model() -> bytes:
     from onnx import TensorProto, helper
 
+    from .onnx_files import model_bytes
+
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["y"])],
         "stack_check",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 7
-    return bytes(model.SerializeToString())
+    return model_bytes(graph)
 
 
 def check(expect: str) -> str:

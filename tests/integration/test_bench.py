@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from client.bench_plot import draw
 from tests.paths import ROOT
@@ -100,9 +101,17 @@ def test_plot_ticks_at_the_measured_concurrencies_and_names_the_host(
     for axes in figure.axes[:2]:
         assert [round(t) for t in axes.get_xticks()] == CONCURRENCIES
         assert [t.get_text() for t in axes.get_xticklabels()] == [str(c) for c in CONCURRENCIES]
-    title = figure.get_suptitle()
-    cpu = report["environment"]["cpu"]
-    assert cpu in title and f"{report['environment']['cores']} cores" in title
+    title, env = figure.get_suptitle(), report["environment"]
+    # The title names the device the figures are from: the GPU on a GPU host (its name as torch gives it,
+    # the CPU's then left to the JSON), the CPU and its cores elsewhere.
+    if torch.cuda.is_available():
+        assert env["gpu"] == torch.cuda.get_device_name(0)
+        assert title.startswith(f"{env['gpu']}, {env['date']}, ") and env["cpu"] not in title
+    else:
+        assert "gpu" not in env
+        assert title.startswith(f"{env['cpu']}, {env['cores']} cores, {env['date']}, ")
+    assert title.endswith(f"onnxruntime {env['onnxruntime']}")
+    # the CPU is recorded on both kinds of host, by its name rather than platform.processor()'s "x86_64"
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists() and "model name" in cpuinfo.read_text():
-        assert cpu != "x86_64" and cpu in cpuinfo.read_text()
+        assert env["cpu"] != "x86_64" and env["cpu"] in cpuinfo.read_text()

@@ -143,11 +143,13 @@ def test_soak_ci_size(tmp_path: Path) -> None:
         f"soak (CI size): {summary['sent']} requests in {summary['elapsed_s']} s at concurrency 64, "
         f"{summary['ok']} ok, {summary['expected_errors']} intended errors, {summary['wrong']} wrong, "
         f"{summary['lost']} lost; RSS {summary['rss_after_warmup_mib']} -> {summary['rss_end_mib']} MiB, "
-        f"{summary['rss_readings']} readings in {summary['rss_range_mib']} MiB, floor growth "
-        f"{summary['rss_growth_mib']} MiB"
+        f"{summary['rss_readings']} readings; floor growth {summary['memory_growth_mib']} MiB in "
+        f"{summary['memory_range_mib']} MiB (limits {summary['memory_limits_mib']})"
     )
     assert finished.returncode == 0, output
     assert summary["wrong"] == 0 and summary["lost"] == 0, summary["problems"]
     assert summary["sent"] == summary["answered"] >= 2000
     assert summary["expected_errors"] > 0 and summary["ok"] > 0
-    assert summary["rss_growth_mib"] is not None and summary["rss_growth_mib"] <= 64
+    # the memory verdicts are the soak's (its exit status above); here: they had readings to judge
+    assert summary["memory_growth_mib"]["stubs"] is not None
+    assert summary["memory_growth_mib"]["tritonserver"] is not None

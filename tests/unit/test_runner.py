@@ -13,7 +13,8 @@ from onnx import TensorProto
 from tests import graphs
 from tests.paths import demo_onnx
 from triton_ort import InputError, IOBindingRunner, Placement
-from triton_ort.runner import OutputPlacement, _CudaGraphs
+from triton_ort import runner as runner_module
+from triton_ort.runner import OutputPlacement
 
 CPU = Placement("cpu")
 
@@ -167,8 +168,70 @@ def test_output_placement_leaves_a_cpu_session_unchanged() -> None:
     assert (runner.stats.device_to_host_copies, runner.stats.host_output_runs) == (0, 0)
 
 
-def test_cuda_graph_shapes_past_the_limit_run_without_a_graph() -> None:
-    graphs = _CudaGraphs(torch.device("cpu"))
-    verdicts = [graphs.options_for({"x": torch.empty(rows, 3)})[1] for rows in range(1, 41)]
-    assert verdicts == [True] * _CudaGraphs.MAX_GRAPHS + [False] * (40 - _CudaGraphs.MAX_GRAPHS)
-    assert graphs.options_for({"x": torch.empty(1, 3)})[1]  # a captured shape keeps its graph
+def demo_run(runner: IOBindingRunner, x: torch.Tensor) -> torch.Tensor:
+    return runner.run({"np_script_embeddings": x})["np_logits"]
+
+
+def demo_reference(x: torch.Tensor) -> NDArray[Any]:
+    return session_run(demo_onnx(), {"np_script_embeddings": x.numpy()})["np_logits"]
+
+
+def test_cached_plans_answer_as_fresh_runs_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Served the way ModelInstance serves (begin_execute before each execute): a new shape, the same
+    shape again from its plan, a shape back after its plan was evicted, and a repeat of a shape within
+    one execute all answer as session.run does, and no answer is overwritten by a later run."""
+    monkeypatch.setattr(runner_module, "PLAN_CACHE_SIZE", 2)
+    runner = runner_for(demo_onnx())
+    for rows in (3, 3, 5, 7, 9, 3):  # 3 is planned, reused, evicted by 5/7/9, and planned again
+        runner.begin_execute()
+        x = torch.randn(rows, 2010)
+        np.testing.assert_array_equal(demo_run(runner, x).numpy(), demo_reference(x))
+        assert runner.plan_count <= 2
+    runner.begin_execute()
+    first_x, second_x = torch.randn(4, 2010), torch.randn(4, 2010)
+    first = demo_run(runner, first_x)  # the plan's buffers
+    second = demo_run(runner, second_x)  # same signature, same execute: a spare plan
+    assert first.data_ptr() != second.data_ptr()
+    np.testing.assert_array_equal(first.numpy(), demo_reference(first_x))
+    np.testing.assert_array_equal(second.numpy(), demo_reference(second_x))
+
+
+def test_steady_state_binds_only_the_inputs() -> None:
+    """A plan binds its outputs once: a repeated signature rebinds only its input, and writes into the
+    same output buffer (no allocation per run)."""
+    runner = runner_for(demo_onnx())
+    x = torch.randn(6, 2010)
+    runner.begin_execute()
+    pointer = demo_run(runner, x).data_ptr()
+    binds = runner.stats.binds
+    for _ in range(3):
+        runner.begin_execute()
+        assert demo_run(runner, x).data_ptr() == pointer
+    assert runner.stats.binds - binds == 3
+
+
+def test_a_failed_run_drops_its_plan_and_the_next_run_is_right(tmp_path: Path) -> None:
+    path = graphs.gather_elements(tmp_path / "g.onnx")
+    runner = runner_for(path)
+    x = torch.arange(8, dtype=torch.float32).reshape(2, 4)
+    good, bad = torch.tensor([[1], [3]]), torch.tensor([[1], [9]])
+    runner.begin_execute()
+    runner.run({"x": x, "idx": good})
+    assert runner.plan_count == 1
+    runner.begin_execute()
+    with pytest.raises(Exception, match="GatherElements"):
+        runner.run({"x": x, "idx": bad})
+    assert runner.plan_count == 0
+    runner.begin_execute()
+    got = runner.run({"x": x, "idx": good})["out"]
+    want = session_run(path, {"x": x.numpy(), "idx": good.numpy()})["out"]
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_plans_keep_data_dependent_outputs_right_across_shapes(tmp_path: Path) -> None:
+    path = graphs.nonzero(tmp_path / "nz.onnx")
+    runner = runner_for(path)
+    for x in (torch.tensor([[0.0, 1.0, 0.0, 0.0]]), torch.tensor([[0.0, 1.0, 2.0, 3.0]])):
+        runner.begin_execute()  # one signature, answers of different sizes
+        got = runner.run({"x": x})["indices"]
+        np.testing.assert_array_equal(got.numpy(), session_run(path, {"x": x.numpy()})["indices"])

@@ -1,10 +1,12 @@
-"""The soak's memory verdict: the RSS floor, which requests in flight do not move and a leak does."""
+"""The soak's memory verdicts: each of the stubs' RSS, tritonserver's RSS and GPU memory on its own floor,
+which requests in flight do not move and a leak does."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from client.soak import floor_growth
+from client.soak import MemoryReadings, floor_growth, memory_failures, memory_limits, parse_args
+from triton_ort.testing.processes import MemorySnapshot
 
 MIB = 1024 * 1024
 
@@ -35,3 +37,60 @@ def test_too_few_readings_measure_nothing() -> None:
     assert floor_growth([]) is None
     assert floor_growth([400 * MIB]) is None
     assert floor_growth([400 * MIB, 500 * MIB]) == 100 * MIB
+
+
+def _series(base_mib: float, leak_mib: float, swing_mib: float, seed: int, count: int = 60) -> list[int]:
+    return [r - 400 * MIB + int(base_mib * MIB) for r in _readings(leak_mib, swing_mib, count, seed)]
+
+
+def _verdicts(readings: MemoryReadings) -> list[str]:
+    return memory_failures(readings.growth(), memory_limits(parse_args([])))
+
+
+def test_the_gpu_hosts_flat_run_passes_every_verdict() -> None:
+    """Shaped like the 200,000-request run on the GPU host (docs/reliability.md): the stub 974 -> 976 MiB,
+    tritonserver swinging 725-772 MiB with no trend, GPU memory flat."""
+    for seed in range(20):
+        readings = MemoryReadings(
+            tritonserver=_series(725, leak_mib=0, swing_mib=47, seed=seed),
+            stubs=_series(974, leak_mib=2, swing_mib=1, seed=seed + 100),
+            gpu=_series(1568, leak_mib=0, swing_mib=0, seed=seed, count=24),
+        )
+        assert _verdicts(readings) == [], seed
+
+
+def test_a_stub_leak_fails_though_the_sum_of_all_would_have_passed() -> None:
+    # 60 MiB planted in the stub over the run (1 KiB per request at 60,000); the floor method sees about two
+    # thirds of a steady leak (the last third's lowest against the first's), 40 MiB here
+    for seed in range(20):
+        readings = MemoryReadings(
+            tritonserver=_series(725, leak_mib=0, swing_mib=47, seed=seed),
+            stubs=_series(974, leak_mib=60, swing_mib=1, seed=seed + 100),
+        )
+        summed = floor_growth([a + b for a, b in zip(readings.tritonserver, readings.stubs, strict=True)])
+        assert summed is not None and summed <= 64 * MIB  # the one limit the sum had let it through
+        failures = _verdicts(readings)
+        assert len(failures) == 1 and failures[0].startswith("the stubs' RSS grew"), (seed, failures)
+        assert "limit 32 MiB" in failures[0]
+
+
+def test_a_tritonserver_leak_and_a_gpu_leak_fail_on_their_own() -> None:
+    readings = MemoryReadings(
+        tritonserver=_series(725, leak_mib=240, swing_mib=47, seed=1),
+        stubs=_series(974, leak_mib=0, swing_mib=1, seed=2),
+        gpu=_series(1568, leak_mib=120, swing_mib=0, seed=3, count=24),
+    )
+    failures = _verdicts(readings)
+    assert [f.split(" grew ")[0] for f in failures] == ["tritonserver's RSS", "GPU memory"], failures
+
+
+def test_a_snapshot_splits_into_tritonserver_and_its_stubs() -> None:
+    readings = MemoryReadings()
+    readings.add(
+        MemorySnapshot(rss={10: 700 * MIB, 11: 300 * MIB, 12: 200 * MIB}, gpu={10: MIB, 11: MIB}), 10
+    )
+    readings.add(MemorySnapshot(rss={10: 710 * MIB, 11: 300 * MIB, 12: 200 * MIB}, gpu=None), 10)
+    assert readings.tritonserver == [700 * MIB, 710 * MIB]
+    assert readings.stubs == [500 * MIB, 500 * MIB]
+    assert readings.gpu == [2 * MIB]  # nvidia-smi is read on some readings only
+    assert readings.growth() == {"tritonserver": 10 * MIB, "stubs": 0, "gpu": None}
