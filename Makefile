@@ -12,6 +12,8 @@ STACK ?= $(if $(HAS_GPU),cuda,cpu)
 # The benchmark's models: the 4096-wide MLP is compute-bound on a GPU; on a CPU the 1024-wide one is mid-size.
 BENCH_MODELS ?= $(if $(HAS_GPU),demo mlp4096,demo mlp1024)
 BENCH_NAME ?= $(if $(HAS_GPU),gpu,cpu)
+# Where the CPU stack's torch (2.13.0+cpu) comes from when no local wheel has it: PyTorch's CPU index.
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 # USE_HOST_PYTHON=1: no venv, no package index. The first python3 on PATH (HOST_PYTHON) is used as it is,
 # with its preinstalled torch, ONNX Runtime and nvidia-pytriton (e.g. the GPU test host); the project is
@@ -52,7 +54,12 @@ $(VENV)/.installed-%: requirements-dev.txt requirements-%.txt pyproject.toml
 	rm -f $(VENV)/.installed-*
 	@# never onnxruntime and onnxruntime-gpu together: drop the one a previous stack installed
 	$(VENV)/bin/python -m pip uninstall -q -y $(if $(filter cuda,$*),onnxruntime,onnxruntime-gpu) 2>/dev/null || true
-	$(VENV)/bin/python -m pip install -q -r requirements-dev.txt -r requirements-$*.txt
+	@# CPU stack: torch's CPU build (requirements-cpu.txt), from a local wheel where pip has one, else from
+	@# PyTorch's CPU index (PyPI has only the CUDA build, several GB of nvidia-* wheels)
+	extra=""; if [ "$*" = cpu ] && ! $(VENV)/bin/python -m pip install -q --dry-run --no-index --no-deps \
+	    "$$(grep -m1 '^torch==' requirements-cpu.txt | cut -d' ' -f1)" >/dev/null 2>&1; then \
+	  echo "make: torch's CPU build from $(TORCH_CPU_INDEX)"; extra="--extra-index-url $(TORCH_CPU_INDEX)"; fi; \
+	$(VENV)/bin/python -m pip install -q -r requirements-dev.txt -r requirements-$*.txt $$extra
 	$(VENV)/bin/python -m pip install -q --no-deps -e .
 	$(VENV)/bin/python -m triton_ort.stack --expect $*
 	touch $@

@@ -86,9 +86,11 @@ _progress_bar: list[tqdm[Any]] = []  # the run's one progress line, made by the 
 
 
 def _progress(text: str) -> None:
-    """The measurement now running, on one tqdm line on a terminal; nothing when stderr is a file or a
-    pipe (disable=None), so that logs and captured output hold the tables only."""
-    if tqdm is None:
+    """The measurement now running: on one tqdm line on a terminal; when stderr is a file or a pipe, one
+    plain line per measurement instead (a log or CI then shows the run moving, minutes per model, with no
+    terminal codes in it), and stdout keeps the tables only."""
+    if tqdm is None or not sys.stderr.isatty():
+        print(f"measuring {text}", file=sys.stderr, flush=True)
         return
     if not _progress_bar:
         _progress_bar.append(

@@ -71,7 +71,7 @@ def request_workers(
     sends the first set once and returns the answer."""
     with contextlib.ExitStack() as stack:
         if transport == "cuda-shm":
-            from client.cuda_shm import CudaShmIO
+            from triton_ort.cli.cuda_shm import CudaShmIO
 
             regions = [
                 stack.enter_context(CudaShmIO(client, model, work.inputs, work.layout))

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from client.cli import one_line
+from triton_ort.cli.infer import one_line
 from triton_ort.testing.reference import compare, random_inputs, reference_outputs
 from triton_ort.testing.server import exit_on_termination
 from triton_ort.testing.transport import infer, make_client, model_metadata, tensor_metas

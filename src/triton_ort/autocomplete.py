@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 import onnx
 
-from .dtypes import ELEMENT_TYPES, ElementType, from_onnx_type
+from .dtypes import ELEMENT_TYPES, ZIPMAP_HINT, ElementType, from_onnx_type
 from .errors import ConfigError
 from .options import parameters_from_model_config, parse_options
 from .sequence import control_inputs
@@ -48,6 +48,16 @@ LOGGER = logging.getLogger(__name__)
 DEFAULT_MAX_BATCH_SIZE = 4
 """max_batch_size given to a batchable model whose config does not set one (the native ONNX Runtime
 backend's default-max-batch-size). Set max_batch_size in config.pbtxt for larger batches."""
+
+FORCE_CPU_ONLY_INPUT_TENSORS = "FORCE_CPU_ONLY_INPUT_TENSORS"
+ZERO_COPY_LINE = 'parameters { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value { string_value: "no" } }'
+"""The config line that lets GPU inputs reach the model on the GPU. Auto-complete cannot add it. The stub
+sends back the whole completed JSON (python_backend r23.12 src/pb_stub.cc:486-487), but Triton core keeps
+only its max_batch_size, inputs, outputs, scheduler and model_transaction_policy (core r23.12
+src/backend_model.cc:684-737, TritonModel::UpdateModelConfig; r24.10 :741-794); and the python backend reads
+the parameter once, in its ModelState constructor, before auto-complete runs (python_backend r23.12
+src/python_be.cc:1879-1894 and :1899-1990; r24.10 :1756-1771 and :1776-1870). Measured on 2.41: parameters
+put into the completed config are served as `"parameters": {}`."""
 
 _BY_PROTO: dict[int, ElementType] = {t.onnx_proto: t for t in ELEMENT_TYPES}
 _SCHEDULERS = ("dynamic_batching", "sequence_batching", "ensemble_scheduling")
@@ -69,7 +79,10 @@ class CompletedConfig:
 def _element_type(value_info: onnx.ValueInfoProto, where: str) -> ElementType:
     if not value_info.type.HasField("tensor_type"):
         kind = value_info.type.WhichOneof("value") or "unknown"
-        raise ConfigError(f"{where} is a {kind.removesuffix('_type')}, not a tensor; only tensors are served")
+        hint = f"; {ZIPMAP_HINT}" if kind in ("sequence_type", "map_type") else ""
+        raise ConfigError(
+            f"{where} is a {kind.removesuffix('_type')}, not a tensor; only tensors are served{hint}"
+        )
     proto = value_info.type.tensor_type.elem_type
     if proto == onnx.TensorProto.STRING:
         return from_onnx_type("tensor(string)", where)  # the one message for string tensors
@@ -256,3 +269,24 @@ def apply_completed(target: AutoCompleteModelConfig, completed: CompletedConfig)
                         written["reshape"] = entry["reshape"]
     if completed.dynamic_batching:
         target.set_dynamic_batching()
+
+
+def _may_run_on_gpu(model_config: Mapping[str, Any]) -> bool:
+    """Whether Triton may give the model GPU instances: no instance_group (one instance per GPU where there
+    are GPUs), or a group that is not KIND_CPU (KIND_GPU, or KIND_AUTO, which resolves to GPU there)."""
+    groups = model_config.get("instance_group") or []
+    return not groups or any(str(g.get("kind") or "KIND_AUTO") != "KIND_CPU" for g in groups)
+
+
+def zero_copy_warning(model_config: Mapping[str, Any], gpu_visible: bool) -> str | None:
+    """The one warning for a model on a GPU host whose config leaves FORCE_CPU_ONLY_INPUT_TENSORS unset:
+    the python backend then copies every GPU input (CUDA shared memory, an upstream GPU model) to the host,
+    and this backend copies it back. None where that cannot happen or the config decides it."""
+    parameters = model_config.get("parameters") or {}
+    if FORCE_CPU_ONLY_INPUT_TENSORS in parameters or not gpu_visible or not _may_run_on_gpu(model_config):
+        return None
+    return (
+        f"model {model_config.get('name')!r}: GPU inputs (CUDA shared memory, an upstream GPU model) are "
+        "copied to the host and back, because the python backend forces CPU inputs unless config.pbtxt says "
+        f"otherwise (auto-complete cannot set it); for zero-copy, add to config.pbtxt: {ZERO_COPY_LINE}"
+    )

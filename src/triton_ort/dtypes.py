@@ -62,9 +62,21 @@ _BY_TRITON = {t.triton_name: t for t in ELEMENT_TYPES} | {"STRING": _BY_ONNX["st
 _BY_TORCH = {t.torch_dtype: t for t in ELEMENT_TYPES if t.torch_dtype is not None}
 
 
+ZIPMAP_HINT = (
+    "a classifier converted by skl2onnx outputs its probabilities through ZipMap as a sequence of maps: "
+    "convert it with options={'zipmap': False} (e.g. to_onnx(model, X, options={'zipmap': False})) "
+    "for a tensor of probabilities"
+)
+"""Said wherever a sequence or map input/output is refused: ZipMap is where they come from in practice."""
+
+
 def from_onnx_type(type_string: str, where: str) -> ElementType:
     """'tensor(float)' -> FP32, 'tensor(string)' -> BYTES. Non-tensor types fail with `where` named."""
     inner = type_string.removeprefix("tensor(").removesuffix(")")
+    if type_string.startswith(("seq(", "map(")):
+        raise ConfigError(
+            f"{where} has ONNX type {type_string!r}, not a tensor; only tensors are served; {ZIPMAP_HINT}"
+        )
     if inner not in _BY_ONNX or not type_string.startswith("tensor("):
         raise ConfigError(f"{where} has ONNX type {type_string!r}, which is not a supported tensor type")
     return _BY_ONNX[inner]

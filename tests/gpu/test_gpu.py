@@ -263,7 +263,7 @@ def test_cuda_shm_requests_through_tritonserver_copy_only_what_the_output_placem
     exactly 1 device-to-host copy. A numpy request: 1 host-to-device staging copy. Answers right in all."""
     import tritonclient.grpc as grpcclient
 
-    from client.cuda_shm import CudaShmIO
+    from triton_ort.cli.cuda_shm import CudaShmIO
     from triton_ort.testing.reference import reference_outputs
     from triton_ort.testing.server import LocalTritonServer
     from triton_ort.testing.transport import infer

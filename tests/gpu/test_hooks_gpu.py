@@ -151,7 +151,7 @@ def test_bls_handoff_stays_on_the_gpu_and_the_ensemble_route_is_measured(tmp_pat
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
-    from client.cuda_shm import CudaShmIO
+    from triton_ort.cli.cuda_shm import CudaShmIO
     from triton_ort.testing.server import LocalTritonServer
 
     extra = tmp_path / "extra"

@@ -176,7 +176,7 @@ def test_cuda_shm_input_on_the_instances_gpu_is_not_copied_and_on_another_costs_
 ) -> None:
     import tritonclient.grpc as grpcclient
 
-    from client.cuda_shm import CudaShmIO
+    from triton_ort.cli.cuda_shm import CudaShmIO
     from triton_ort.testing.reference import reference_outputs
 
     repository = gpu_repository(tmp_path, "demo_gpu1", gpus=[1], output_placement="device")

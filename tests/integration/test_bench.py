@@ -64,6 +64,11 @@ def test_output_has_no_terminal_codes_when_not_a_terminal(
     result, _ = bench_run
     assert "\x1b" not in result.stdout + result.stderr
     assert "\r" not in result.stdout + result.stderr  # no progress line either
+    # but progress as plain lines on stderr, one per measurement: a log shows the run moving
+    assert any(line.startswith("measuring demo") for line in result.stderr.splitlines()), result.stderr[
+        -2000:
+    ]
+    assert "measuring" not in result.stdout
 
 
 def test_tables_are_aligned(bench_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:

@@ -4,6 +4,7 @@ expected (exit status 2); a server or model that is not there is one line too (e
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from numpy.typing import NDArray
 
 from tests.paths import DEMO_MAX_BATCH, ROOT, SERVER_TOLERANCE, demo_onnx
 from triton_ort.testing.reference import reference_outputs
-from triton_ort.testing.server import LocalTritonServer, free_port
+from triton_ort.testing.server import LocalTritonServer, free_port, gpu_present
 
 pytestmark = pytest.mark.integration
 
@@ -168,3 +169,40 @@ def test_a_url_that_is_not_host_port_is_refused_before_connecting(
     # traceback from its destructor
     result = run("client.cli", "--protocol", protocol, "--url", url, "metadata", "demo")
     assert_one_line_error(result, 2, *words)
+
+
+@pytest.mark.skipif(gpu_present(), reason="this host has a GPU: --cuda-shm works here (tests/gpu)")
+def test_cuda_shm_without_cuda_is_one_line(server: LocalTritonServer) -> None:
+    assert_one_line_error(cli(server, "infer", "demo", "--cuda-shm"), 2, "--cuda-shm needs a CUDA GPU")
+
+
+def test_the_installed_command_sends_a_request_and_summarises_the_output(server: LocalTritonServer) -> None:
+    command = Path(sys.executable).parent / "triton-ort"
+    done = subprocess.run(
+        [str(command), "infer", "demo", "--url", server.http_url, "--batch", "100"],
+        cwd=Path("/"),  # any folder: the command needs nothing from the checkout
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("np_logits float32[100, 2]  [") and " min " in lines[0], lines
+    assert len(lines) == 2 and lines[1].startswith("latency "), lines  # a summary, not 100 rows
+
+
+def test_the_installed_command_shows_health_and_the_served_config(server: LocalTritonServer) -> None:
+    command = str(Path(sys.executable).parent / "triton-ort")
+    health = subprocess.run(
+        [command, "health", "--url", server.http_url], capture_output=True, text=True, timeout=120, cwd="/"
+    )
+    assert health.returncode == 0 and "live: True  ready: True" in health.stdout, health.stderr
+    served = subprocess.run(
+        [command, "served-config", "demo", "--protocol", "grpc", "--url", server.grpc_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    assert served.returncode == 0, served.stderr
+    assert json.loads(served.stdout)["name"] == "demo"

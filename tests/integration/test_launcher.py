@@ -359,3 +359,46 @@ def test_a_server_without_http_is_ready_through_grpc(tiny: Path) -> None:
         result = client.infer("tiny", [request])
         np.testing.assert_array_equal(result.as_numpy("y"), x)
         client.close()
+
+
+def test_with_exit_on_error_false_the_failures_come_first_and_the_models_that_load_are_served(
+    tmp_path: Path,
+) -> None:
+    """A repository where one model fails to load: with tritonserver's --exit-on-error=false the launcher
+    names that model's own error first, then reports ready, and the model that loaded answers."""
+    repository = tiny_repository(build_mismatch_repository(tmp_path / "repository"))
+    ports = free_ports()
+    command = [*launcher_command(repository, ports), "--startup-timeout=240", "--", "--exit-on-error=false"]
+    launched = launch(command, tmp_path / "tmp")
+    try:
+        ready = launched.wait_for_line(READY, 240)
+        before = launched.output().splitlines()
+        failed = [line for line in before if "failed to load" in line]
+        assert failed and failed[0].startswith("model 'mismatch' version 1 failed to load:"), before
+        assert before.index(failed[0]) < before.index(ready)
+        assert any("1 model(s) failed to load" in line for line in before), before
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{ports[1]}")
+        assert client.is_model_ready("tiny") and not client.is_model_ready("mismatch")
+        assert not client.is_server_ready()  # --strict-readiness: not every model is ready
+        x = np.ones((1, 2), np.float32)
+        item = grpcclient.InferInput("x", [1, 2], "FP32")
+        item.set_data_from_numpy(x)
+        answer = client.infer("tiny", [item]).as_numpy("y")
+        np.testing.assert_array_equal(answer, x)
+    finally:
+        launched.process.send_signal(signal.SIGINT)
+    assert launched.process.wait(timeout=STOP_BOUND_S) == 0, launched.output()
+    assert launcher_files(tmp_path / "tmp") == []
+
+
+def test_the_startup_limit_comes_from_the_environment_and_names_how_to_raise_it(
+    tiny: Path, tmp_path: Path
+) -> None:
+    """A limit too short for any load: the failure says which flag and variable allow longer."""
+    launched = launch(
+        [*launcher_command(tiny, free_ports())], tmp_path / "tmp", env={"TRITON_ORT_STARTUP_TIMEOUT_S": "0.5"}
+    )
+    assert launched.process.wait(timeout=120) == 1
+    output = launched.output()
+    assert "not ready after 0 s" in output or "not ready after 1 s" in output, output
+    assert "--startup-timeout SECONDS or TRITON_ORT_STARTUP_TIMEOUT_S" in output, output

@@ -27,11 +27,42 @@ from triton_ort.backend import MODEL_PY
 from triton_ort.testing.reference import reference_outputs
 from triton_ort.testing.server import LocalTritonServer
 from triton_ort.testing.transport import infer, model_config
+from triton_ort.testing.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
 TWO_LINE = 'backend: "onnxruntime_zerocopy"\n'
 STARTUP_MODELS = ("multi_io", "demo_mbs64", "nonzero", "warmed")
+
+
+PROBE_TENSORS = (
+    'input [ { name: "x", data_type: TYPE_FP32, dims: [ 2 ] } ]\n'
+    'output [ { name: "y", data_type: TYPE_FP32, dims: [ 2 ] } ]\n'
+)
+# A python model whose auto_complete_config puts FORCE_CPU_ONLY_INPUT_TENSORS into the completed config
+# (the dict that as_dict() returns is the one the stub sends back), and whose initialize reports the
+# parameters it was given: what Triton keeps of a completed config, and so why our backend cannot switch
+# GPU inputs on for a two-line config (triton_ort.autocomplete.ZERO_COPY_LINE).
+PARAMETERS_PROBE_MODEL_PY = """
+import json
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        parameters = config.as_dict().setdefault("parameters", {})
+        parameters["FORCE_CPU_ONLY_INPUT_TENSORS"] = {"string_value": "no"}
+        return config
+
+    def initialize(self, args):
+        given = json.loads(args["model_config"]).get("parameters", {})
+        pb_utils.Logger.log_info("parameters probe: " + json.dumps(given))
+
+    def execute(self, requests):
+        outputs = [[pb_utils.Tensor("y", r.inputs()[0].as_numpy())] for r in requests]
+        return [pb_utils.InferenceResponse(tensors) for tensors in outputs]
+"""
 
 
 def _model(repository: Path, name: str, onnx_file: Path | None, config: str) -> Path:
@@ -76,6 +107,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         TWO_LINE + 'parameters { key: "warmup" value { string_value: "sometimes" } }\n',
     )
     _model(root, "no_onnx", None, TWO_LINE)
+    probe = _model(root, "parameters_probe", None, 'backend: "python"\nmax_batch_size: 4\n' + PROBE_TENSORS)
+    (probe / "model.py").write_text(PARAMETERS_PROBE_MODEL_PY)
     return root
 
 
@@ -210,3 +243,21 @@ def test_bad_models_fail_their_load_with_the_reason(
     for part in expected:
         assert part in str(caught.value)
     assert client.is_model_ready("multi_io")  # the other models go on serving
+
+
+def test_auto_complete_cannot_add_parameters_so_the_zero_copy_line_is_the_configs(
+    server: LocalTritonServer,
+) -> None:
+    """Triton core keeps max_batch_size, tensors, scheduler and transaction policy of a completed config
+    and drops the rest (core src/backend_model.cc, TritonModel::UpdateModelConfig): a parameter set in
+    auto_complete_config is neither served nor given to the model. If a release changes that, this fails,
+    and triton_ort.autocomplete can set the parameter instead of warning."""
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=300.0)
+    client.load_model("parameters_probe")
+    try:
+        served = client.get_model_config("parameters_probe")
+        assert "FORCE_CPU_ONLY_INPUT_TENSORS" not in served.get("parameters", {}), served
+        # initialize() got none either (its log line reaches the log after the load returns)
+        wait_for(lambda: "parameters probe: {}" in server.log(), 30, "the probe's initialize() line")
+    finally:
+        client.unload_model("parameters_probe")

@@ -13,9 +13,11 @@ from tests import graphs
 from triton_ort import ConfigError
 from triton_ort.autocomplete import (
     DEFAULT_MAX_BATCH_SIZE,
+    ZERO_COPY_LINE,
     apply_completed,
     complete_config,
     read_onnx_signature,
+    zero_copy_warning,
 )
 from triton_ort.onnx_files import OPSET, readable_model
 from triton_ort.signature import check_config
@@ -370,3 +372,62 @@ def test_the_reshape_reaches_what_the_stub_sends_back_through_the_real_model_con
     assert sent["max_batch_size"] == DEFAULT_MAX_BATCH_SIZE and sent["dynamic_batching"] == {}
     label = next(entry for entry in sent["output"] if entry["name"] == "label")
     assert label == {"name": "label", "data_type": "TYPE_INT64", "dims": [1], "reshape": {"shape": []}}
+
+
+def test_a_gpu_host_is_told_the_line_that_makes_gpu_inputs_zero_copy() -> None:
+    warning = zero_copy_warning(config(), gpu_visible=True)
+    assert warning is not None and warning.endswith(ZERO_COPY_LINE), warning
+    assert "'m'" in warning and "copied to the host" in warning
+    group = {"instance_group": [{"kind": "KIND_GPU", "count": 2}]}
+    assert zero_copy_warning(config(**group), gpu_visible=True) == warning
+
+
+@pytest.mark.parametrize(
+    ("fields", "gpu_visible"),
+    [
+        ({}, False),  # a CPU host: inputs are on the host anyway
+        ({"instance_group": [{"kind": "KIND_CPU", "count": 1}]}, True),
+        ({"parameters": {"FORCE_CPU_ONLY_INPUT_TENSORS": {"string_value": "no"}}}, True),
+        ({"parameters": {"FORCE_CPU_ONLY_INPUT_TENSORS": {"string_value": "yes"}}}, True),  # chosen
+    ],
+)
+def test_no_zero_copy_warning_where_inputs_stay_on_the_host_anyway_or_the_config_decides(
+    fields: dict[str, Any], gpu_visible: bool
+) -> None:
+    assert zero_copy_warning(config(**fields), gpu_visible=gpu_visible) is None
+
+
+def test_the_zero_copy_line_parses_as_the_parameter_it_names() -> None:
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    parsed = text_format.Parse(ZERO_COPY_LINE, model_config_pb2.ModelConfig())
+    assert parsed.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value == "no"
+
+
+def test_a_zipmap_output_is_refused_with_the_converter_option_that_avoids_it(tmp_path: Path) -> None:
+    """skl2onnx's classifiers end in ZipMap, whose output is a sequence of maps, not a tensor."""
+    probabilities = helper.make_sequence_type_proto(
+        helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, []))
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "ZipMap", ["x"], ["probabilities"], domain="ai.onnx.ml", classlabels_int64s=[0, 1]
+            )
+        ],
+        "classifier",
+        [v("x", TensorProto.FLOAT, ["batch", 2])],
+        [helper.make_value_info("probabilities", probabilities)],
+    )
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("ai.onnx.ml", 3)]
+    onnx.save(readable_model(helper.make_model(graph, opset_imports=opsets)), str(tmp_path / "model.onnx"))
+    with pytest.raises(ConfigError, match=r"'probabilities' is a sequence.*options=\{'zipmap': False\}"):
+        complete_config(config(), tmp_path)
+
+
+def test_an_ort_sequence_type_names_the_zipmap_option_too() -> None:
+    from triton_ort.dtypes import from_onnx_type
+
+    with pytest.raises(ConfigError, match=r"seq\(map\(int64,tensor\(float\)\)\).*'zipmap': False"):
+        from_onnx_type("seq(map(int64,tensor(float)))", "ONNX output 'output_probability'")

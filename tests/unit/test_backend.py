@@ -50,3 +50,15 @@ def test_install_warns_when_the_python_backend_is_not_beside_it(tmp_path: Path) 
         check=True,
     )
     assert f"{tmp_path / 'python'} does not exist" in done.stderr
+
+
+def test_install_refuses_a_backend_directory_that_does_not_exist(tmp_path: Path) -> None:
+    missing = tmp_path / "opt" / "tritonserver" / "backends"
+    done = subprocess.run(
+        [sys.executable, "-m", "triton_ort.backend", "install", "--backend-directory", str(missing)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and f"{missing} does not exist" in done.stderr, done.stderr
+    assert not (tmp_path / "opt").exists()

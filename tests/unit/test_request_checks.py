@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client.request_checks import ModelSignature, RequestError
+from triton_ort.cli.request_checks import ModelSignature, RequestError
 
 # The demo's config as the HTTP endpoint returns it (fields Triton adds are ignored by the parser).
 DEMO_INPUT = {"name": "np_script_embeddings", "data_type": "TYPE_FP32", "dims": [2010]}

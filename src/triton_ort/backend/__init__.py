@@ -1,4 +1,4 @@
-"""The Python-based Triton backend `onnxruntime_zerocopy`: serve an ONNX file with a two-line config.
+"""The Python-based Triton backend `onnxruntime_zerocopy`: serve an ONNX file with a config of a few lines.
 
 Triton (core's backend_model.cc, ResolveBackendPaths, 23.12 on) serves a model whose config says
 `backend: "X"` with `<backend dir>/X/libtriton_X.so`, or, when there is none, with

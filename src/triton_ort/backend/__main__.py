@@ -9,9 +9,9 @@ from pathlib import Path
 from . import BACKEND_NAME, install
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m triton_ort.backend") -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m triton_ort.backend",
+        prog=prog,
         description=f"Install the Python-based Triton backend {BACKEND_NAME!r} (one model.py).",
     )
     commands = parser.add_subparsers(dest="command", required=True)
@@ -23,6 +23,13 @@ def main(argv: list[str] | None = None) -> int:
         help="tritonserver's --backend-directory (the images': /opt/tritonserver/backends)",
     )
     args = parser.parse_args(argv)
+    if not args.backend_directory.is_dir():
+        # A typo or a host without Triton: creating the folder would only hide it until a model fails to load.
+        parser.exit(
+            2,
+            f"{parser.prog}: error: {args.backend_directory} does not exist; give tritonserver's "
+            "--backend-directory (Triton's images: /opt/tritonserver/backends)\n",
+        )
     if not (args.backend_directory / "python").is_dir():
         # Triton refuses a Python-based backend without the python backend; say so now, not at model load.
         print(

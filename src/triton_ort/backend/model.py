@@ -27,7 +27,7 @@ import torch.utils.dlpack
 import triton_python_backend_utils as pb_utils
 
 from triton_ort import InferenceError, ModelInstance, TritonOrtError, triton_code
-from triton_ort.autocomplete import apply_completed, complete_config
+from triton_ort.autocomplete import apply_completed, complete_config, zero_copy_warning
 from triton_ort.copy_counter import copy_counting_enabled, count_host_device_copies
 from triton_ort.metrics import triton_instance_metrics
 
@@ -109,6 +109,9 @@ class TritonPythonModel:
         being loaded (python_backend's pb_stub.cc: the stub's model path is <model>/<version>/model.py)."""
         _route_library_logging()
         model_config = auto_complete_model_config.as_dict()
+        # Here, not in initialize(): one auto-complete stub per load, where each instance has its own stub.
+        if warning := zero_copy_warning(model_config, gpu_visible=torch.cuda.is_available()):
+            LOGGER.warning(warning)
         try:
             completed = complete_config(model_config, Path(pb_utils.get_model_dir()))
         except TritonOrtError as error:

@@ -1,6 +1,7 @@
 """Run the real tritonserver on a model repository without Docker, from the nvidia-pytriton wheel.
 
-    python -m triton_ort.testing.server --model-repository model_repository      # foreground, Ctrl-C stops
+    triton-ort serve --model-repository model_repository      # foreground, Ctrl-C stops
+    python -m triton_ort.testing.server ...                      # the same
 
 nvidia-pytriton 0.5.0 bundles tritonserver 2.41.0 (= release 23.12) with its python backend and a stub per
 Python 3.8-3.11; 0.7.0 bundles 2.51 with a 3.12 stub. What the python-backend stub needs, learned the
@@ -70,6 +71,11 @@ FAILED_LOG_PREFIX = "tritonserver_failed_start_"
 SHM_DIR = Path("/dev/shm")
 # Triton's own drain bound: after SIGTERM it waits this long for in-flight requests, then exits anyway.
 EXIT_TIMEOUT_S = 10
+# How long a start may take before the launcher gives up: 23 models on a busy 2-core machine took longer
+# than 120 s. The CLI's --startup-timeout, or this variable, raises it.
+STARTUP_TIMEOUT_ENV = "TRITON_ORT_STARTUP_TIMEOUT_S"
+DEFAULT_STARTUP_TIMEOUT_S = 120.0
+DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 
 # Triton's log lines this launcher reads (stable across 2.41 and 2.51: core/src/model_lifecycle.cc,
 # server/src/grpc/grpc_server.cc, server/src/http_server.cc). Release-specific wording lives here only.
@@ -123,11 +129,13 @@ def remove_orphaned_workdirs() -> None:
                 shutil.rmtree(folder)
 
 
-def _grpc_ready(url: str) -> bool:
-    """ServerReady over gRPC, bypassing any http_proxy/grpc_proxy (our server is on loopback)."""
+def _grpc_ready(url: str, health: str = "ready") -> bool:
+    """ServerReady (or ServerLive) over gRPC, bypassing any http_proxy/grpc_proxy (our server is on
+    loopback)."""
     client = grpcclient.InferenceServerClient(url, channel_args=[("grpc.enable_http_proxy", 0)])
     try:
-        return bool(client.is_server_ready(client_timeout=2))
+        ask = client.is_server_live if health == "live" else client.is_server_ready
+        return bool(ask(client_timeout=2))
     except InferenceServerException:
         return False
     finally:
@@ -384,7 +392,7 @@ class LocalTritonServer:
     grpc_port: int = 0
     metrics_port: int = 0
     extra_args: Sequence[str] = ()
-    startup_timeout_s: float = 120.0
+    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
     log_verbose: int = 0
     cuda_memory_pool_bytes: int = 256 << 20
     """Per-GPU pool that carries GPU tensors between server and stub; size it for the tensors in flight."""
@@ -479,6 +487,18 @@ class LocalTritonServer:
             args.append(f"--cuda-memory-pool-byte-size=0:{self.cuda_memory_pool_bytes}")
         return [*args, *self.extra_args]
 
+    @property
+    def serves_what_loads(self) -> bool:
+        """tritonserver runs with --exit-on-error=false: it stays up when some models fail to load, and
+        under its default --strict-readiness it then never answers ready. So the launcher counts it ready
+        once it is live with its services started (Triton starts them after the start-up loads), and
+        reports the models that failed (failed_models)."""
+        return _option_values(self.extra_args, "--exit-on-error")[-1:] in (["false"], ["0"])
+
+    def failed_models(self) -> list[str]:
+        """Each model's own load error, from the log (empty when every model loaded)."""
+        return [cause for cause in load_errors(self.log()) if cause.startswith("model '")]
+
     def _ports(self) -> dict[str, int]:
         """The services this server starts, with their ports (--allow-<service>=false turns one off)."""
         ports = {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}
@@ -568,14 +588,15 @@ class LocalTritonServer:
         if self.process is None or self.process.poll() is not None or not self._services_started(self.log()):
             return False
         services = self._ports()
+        health = "live" if self.serves_what_loads else "ready"
         if "http" in services:
             try:
-                with _NO_PROXY.open(f"http://{self.http_url}/v2/health/ready", timeout=2) as reply:
+                with _NO_PROXY.open(f"http://{self.http_url}/v2/health/{health}", timeout=2) as reply:
                     return bool(reply.status == 200)
             except OSError:
                 return False
         if "grpc" in services:
-            return _grpc_ready(self.grpc_url)
+            return _grpc_ready(self.grpc_url, health)
         return True
 
     def _wait_ready(self) -> None:
@@ -587,7 +608,10 @@ class LocalTritonServer:
             if self.is_ready():
                 return
             time.sleep(0.25)
-        self._fail(f"tritonserver was not ready after {self.startup_timeout_s:.0f} s")
+        self._fail(
+            f"tritonserver was not ready after {self.startup_timeout_s:.0f} s; allow longer with "
+            f"--startup-timeout SECONDS or {STARTUP_TIMEOUT_ENV}"
+        )
 
     def _fail(self, reason: str) -> None:
         """Stop, keep the log file, and raise with the model's own error first."""
@@ -675,24 +699,90 @@ def _request_stop(signum: int, frame: FrameType | None) -> None:
     raise _StopRequested(signum)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Serve a model repository with the local tritonserver.")
-    parser.add_argument(
-        "--model-repository", type=Path, default=Path(os.environ.get("MODEL_REPOSITORY", "model_repository"))
+def _startup_timeout_default() -> float:
+    text = os.environ.get(STARTUP_TIMEOUT_ENV, "")
+    try:
+        return float(text) if text else DEFAULT_STARTUP_TIMEOUT_S
+    except ValueError:
+        raise SystemExit(f"{STARTUP_TIMEOUT_ENV}={text!r} is not a number of seconds") from None
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected more than 0 seconds")
+    return value
+
+
+class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default in --help, except where there is none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Serve a model repository with the local tritonserver (on 127.0.0.1). More tritonserver "
+        "arguments after --, e.g. `-- --exit-on-error=false` to serve the models that load when some fail.",
+        formatter_class=_DefaultsHelp,
     )
-    parser.add_argument("--http-port", type=int, default=8000)
-    parser.add_argument("--grpc-port", type=int, default=8001)
-    parser.add_argument("--metrics-port", type=int, default=8002)
-    parser.add_argument("--log-verbose", type=int, default=0)
+    parser.add_argument(
+        "--model-repository",
+        type=Path,
+        default=Path(os.environ.get("MODEL_REPOSITORY", "model_repository")),
+        help="the model repository (environment: MODEL_REPOSITORY)",
+    )
+    for service, port in DEFAULT_PORTS.items():
+        parser.add_argument(
+            f"--{service}-port", type=int, default=port, help=f"{service} port (0: a free one)"
+        )
+    parser.add_argument("--log-verbose", type=int, default=0, help="tritonserver's --log-verbose")
     parser.add_argument("--log-file", type=Path, help="keep the server log here (default: removed at stop)")
+    parser.add_argument(
+        "--startup-timeout",
+        type=_positive_seconds,
+        default=_startup_timeout_default(),
+        metavar="SECONDS",
+        help=f"how long loading the models may take (environment: {STARTUP_TIMEOUT_ENV})",
+    )
     parser.add_argument("extra", nargs="*", help="more tritonserver arguments, after --")
-    args = parser.parse_args()
+    return parser
+
+
+def _report_start(server: LocalTritonServer) -> None:
+    """What loaded and what did not, the failures first (each model's own error), then the addresses."""
+    failed = server.failed_models()
+    for cause in failed:
+        print(cause, file=sys.stderr, flush=True)
+    if failed:
+        print(
+            f"{len(failed)} model(s) failed to load (above); serving the models that loaded "
+            "(--exit-on-error=false)",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(
+        f"tritonserver ready: HTTP {server.http_url}, gRPC {server.grpc_url}, metrics "
+        f"127.0.0.1:{server.metrics_port}; pid {server.process.pid if server.process else '?'}; "
+        f"log {server.log_path}\nCtrl-C stops it.",
+        flush=True,
+    )
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    args = build_parser(prog).parse_args(argv)
     server = LocalTritonServer(
         args.model_repository,
         args.http_port,
         args.grpc_port,
         args.metrics_port,
         args.extra,
+        startup_timeout_s=args.startup_timeout,
         log_verbose=args.log_verbose,
         log_file=args.log_file,
     )
@@ -701,12 +791,7 @@ def main() -> None:
     code = 0
     try:
         server.start()
-        print(
-            f"tritonserver ready: HTTP {server.http_url}, gRPC {server.grpc_url}, metrics "
-            f"127.0.0.1:{server.metrics_port}; pid {server.process.pid if server.process else '?'}; "
-            f"log {server.log_path}\nCtrl-C stops it.",
-            flush=True,
-        )
+        _report_start(server)
         assert server.process is not None
         code = server.process.wait()
         print(f"tritonserver exited by itself with code {code}; its log ends:", file=sys.stderr)

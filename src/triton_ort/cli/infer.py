@@ -1,0 +1,304 @@
+"""Talk to a Triton server over HTTP or gRPC.
+
+triton-ort health
+triton-ort metadata demo --protocol grpc --url 127.0.0.1:8001
+triton-ort served-config demo
+triton-ort infer demo --batch 8                      # random inputs from the model's metadata
+triton-ort infer bert --shape input_ids=1,16 --shape attention_mask=1,16   # random, of these shapes
+triton-ort infer demo --input np_script_embeddings=x.npy --expect expected.npz
+triton-ort infer demo --cuda-shm                     # inputs and outputs in GPU memory
+
+`python -m client.cli` takes the same commands (`config` for served-config).
+Requests are checked against the model's config before they are sent (batch within max_batch_size,
+input names, dtypes and shapes). Exit status: 0 success, 1 wrong answer (--expect) or a server that could
+not be reached or refused the request, 2 a request or argument that was wrong (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+from numpy.typing import NDArray
+from tritonclient.utils import InferenceServerException, triton_to_np_dtype
+
+from triton_ort.cli.request_checks import ModelSignature, RequestError
+from triton_ort.testing.reference import compare, random_array, random_inputs
+from triton_ort.testing.transport import (
+    TensorMeta,
+    infer,
+    make_client,
+    model_config,
+    model_metadata,
+    tensor_metas,
+)
+
+DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
+
+
+def _read_npy(item: str, signature: ModelSignature) -> tuple[str, NDArray[Any]]:
+    name, _, path = item.partition("=")
+    names = ", ".join(spec.name for spec in signature.inputs)
+    if not name or not path:
+        raise RequestError(f"--input {item!r}: expected NAME=FILE.npy with NAME one of {names}")
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise RequestError(f"--input {item!r}: cannot read {path} as a .npy array ({error})") from None
+    if not isinstance(array, np.ndarray):  # an .npz archive: several arrays, not one input
+        raise RequestError(f"--input {item!r}: {path} holds several arrays (.npz); expected one .npy array")
+    return name, array
+
+
+def _shape_item(item: str, signature: ModelSignature) -> tuple[str, tuple[int, ...]]:
+    """--shape NAME=D1,D2,...: the whole shape of a generated input, batch axis first when it batches."""
+    name, _, text = item.partition("=")
+    names = ", ".join(spec.name for spec in signature.inputs)
+    try:
+        shape = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        shape = ()
+    if not name or not shape or any(d < 0 for d in shape):
+        raise RequestError(f"--shape {item!r}: expected NAME=D1,D2,... (e.g. {names.split(',')[0]}=1,16)")
+    return name, shape
+
+
+def _open_inner_axes(meta: TensorMeta, batched: bool) -> bool:
+    return any(d < 0 for d in meta.shape[1 if batched else 0 :])
+
+
+def _load_inputs(args: argparse.Namespace, client: Any, metadata: dict[str, Any]) -> dict[str, NDArray[Any]]:
+    """The --input files and the --shape inputs, checked against the model's config; every other input
+    random, of their batch.
+
+    With --input or --shape the batch is their first axis, so --batch is refused beside them rather than
+    silently ignored; and an input left out whose axes are open is an error that names it, not random data
+    of a guessed length that the server then refuses for an axis."""
+    signature = ModelSignature.from_config(model_config(client, args.model))
+    if (args.input or args.shape) and args.batch is not None:
+        raise RequestError(
+            f"--batch {args.batch} with --input or --shape: the batch is their first axis; leave --batch out"
+        )
+    metas = {meta.name: meta for meta in tensor_metas(metadata, "inputs")}
+    given = dict(_read_npy(item, signature) for item in args.input)
+    rng = np.random.default_rng(args.seed)
+    for name, shape in (_shape_item(item, signature) for item in args.shape):
+        if name not in metas:
+            signature.check_inputs({name: np.zeros(shape)})  # raises: names the inputs there are
+        given.setdefault(name, random_array(TensorMeta(name, metas[name].datatype, shape), shape[0], rng))
+    batched = signature.max_batch_size > 0
+    if given:
+        batch = signature.check_inputs(given)
+        missing = [m for m in metas.values() if m.name not in given and _open_inner_axes(m, batched)]
+        if missing:
+            meta = missing[0]
+            raise RequestError(
+                f"input {meta.name!r} is not given and its shape {list(meta.shape)} has open axes: "
+                f"--input {meta.name}=FILE.npy, or --shape {meta.name}=D1,D2,... for random data"
+            )
+    else:
+        batch = 1 if args.batch is None else args.batch
+        signature.check_batch(batch)  # before building the arrays: a refused batch costs nothing
+    generated = random_inputs([m for m in metas.values() if m.name not in given], batch, seed=args.seed)
+    return {**generated, **given}
+
+
+def _output_layout(metadata: dict[str, Any], batch: int) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
+    layout = {}
+    for meta in tensor_metas(metadata, "outputs"):
+        shape = tuple(batch if (d < 0 and axis == 0) else d for axis, d in enumerate(meta.shape))
+        if any(d < 0 for d in shape):
+            sys.exit(f"--cuda-shm needs static output shapes; {meta.name} is {list(meta.shape)}")
+        layout[meta.name] = (np.dtype(triton_to_np_dtype(meta.datatype)), shape)
+    return layout
+
+
+def _read_expected(path: Path) -> dict[str, NDArray[Any]]:
+    if not path.is_file():
+        raise RequestError(f"--expect {path}: no such file; expected an .npz of outputs (--save)")
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise RequestError(
+            f"--expect {path}: cannot read it ({error}); expected an .npz of outputs (--save)"
+        ) from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise RequestError(f"--expect {path}: one array (.npy); expected an .npz of outputs by name (--save)")
+    return dict(archive)
+
+
+def _cuda_shm_infer(
+    client: Any, args: argparse.Namespace, inputs: dict[str, NDArray[Any]], metadata: dict[str, Any]
+) -> tuple[dict[str, NDArray[Any]], float]:
+    from triton_ort.cli.cuda_shm import CudaShmIO
+
+    batch = next(iter(inputs.values())).shape[0]
+    try:
+        from tritonclient.utils.cuda_shared_memory import CudaSharedMemoryException
+    except ImportError as error:  # tritonclient imports cuda.bindings for it: not installed on CPU hosts
+        raise RequestError(f"--cuda-shm needs a CUDA GPU and cuda-bindings on this host ({error})") from None
+    try:
+        with CudaShmIO(client, args.model, inputs, _output_layout(metadata, batch)) as shm:
+            latency = shm.infer()
+            return shm.read_outputs(), latency
+    except CudaSharedMemoryException as error:
+        raise RequestError(f"--cuda-shm needs a CUDA GPU on this host: {one_line(error)}") from None
+
+
+def summary(name: str, array: NDArray[Any], full: bool) -> str:
+    """One line per output (its first values and range), or the whole array with --full."""
+    header = f"{name} {array.dtype}{list(array.shape)}"
+    if full:
+        return f"{header}\n{np.array2string(array, threshold=sys.maxsize)}"
+    flat = array.reshape(-1)
+    first = np.array2string(flat[:6], precision=4, separator=", ")[1:-1] + (", ..." if flat.size > 6 else "")
+    if flat.size and array.dtype.kind in "biuf":
+        values = flat.astype(np.float64)
+        return f"{header}  [{first}]  min {values.min():.4g} max {values.max():.4g} mean {values.mean():.4g}"
+    return f"{header}  [{first}]"
+
+
+def run_infer(client: Any, args: argparse.Namespace) -> int:
+    expected = _read_expected(args.expect) if args.expect else None  # before anything is sent
+    metadata = model_metadata(client, args.model)
+    inputs = _load_inputs(args, client, metadata)
+    if args.cuda_shm:
+        outputs, latency = _cuda_shm_infer(client, args, inputs, metadata)
+    else:
+        names = [meta.name for meta in tensor_metas(metadata, "outputs")]
+        outputs, latency = infer(client, args.model, inputs, names)
+    for name, array in outputs.items():
+        print(summary(name, array, args.full))
+    print(
+        f"latency {latency * 1e3:.3f} ms ({args.protocol}{', CUDA shared memory' if args.cuda_shm else ''})"
+    )
+    if args.save:
+        np.savez(args.save, **outputs)
+    if args.expect and expected is not None:
+        problems = compare(outputs, expected, args.rtol, args.atol)
+        if problems:
+            print("MISMATCH:\n  " + "\n  ".join(problems))
+            return 1
+        print(f"OK: outputs match {args.expect}")
+    return 0
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with its errors as one line (the usage is one --help away)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see --help\n")
+
+
+def host_port(text: str) -> str:
+    """--url: host:port, checked here. tritonclient's own refusal of a scheme ends in a traceback from its
+    destructor, and gRPC wraps a port above 65535 silently (99999 dialled 34463)."""
+    if "://" in text:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give host:port without the scheme, such as {text.split('://', 1)[1].rstrip('/')!r}"
+        )
+    host, colon, port = text.rpartition(":")
+    if not colon or not host:
+        raise argparse.ArgumentTypeError(f"{text!r} is not host:port, such as 127.0.0.1:8000")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: port {port!r} is not a number from 1 to 65535")
+    return text
+
+
+def positive_int(text: str) -> int:
+    """--batch: refused here, before any connection, when it cannot be a batch of any model."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (expected 1 or more)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} (expected 1 or more)")
+    return value
+
+
+def one_line(error: BaseException) -> str:
+    """tritonclient's and gRPC's messages can span lines; a CLI error is one."""
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _connection_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument("--protocol", choices=["http", "grpc"], default=default)
+    parser.add_argument(
+        "--url",
+        type=host_port,
+        default=default,
+        help="host:port (default 127.0.0.1:8000 for http, 127.0.0.1:8001 for grpc)",
+    )
+
+
+def build_parser(prog: str) -> OneLineParser:
+    parser = OneLineParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    _connection_options(parser, None)
+    # Also after the command (`infer demo --url ...`); SUPPRESS keeps a subcommand from resetting the
+    # value given before it.
+    connection = OneLineParser(add_help=False)
+    _connection_options(connection, argparse.SUPPRESS)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("health", help="server live/ready", parents=[connection])
+    for name in ("metadata", "config"):
+        commands.add_parser(name, help=f"model {name} (from the server)", parents=[connection]).add_argument(
+            "model"
+        )
+    infer_parser = commands.add_parser("infer", help="send one request", parents=[connection])
+    infer_parser.add_argument("model")
+    infer_parser.add_argument(
+        "--batch",
+        type=positive_int,
+        help="rows of random input (default 1); with --input or --shape their first axis",
+    )
+    infer_parser.add_argument("--seed", type=int, default=0)
+    infer_parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
+    infer_parser.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=D1,D2,...",
+        help="random data of this whole shape (batch axis first) for an input not given as a file",
+    )
+    infer_parser.add_argument("--expect", type=Path, help=".npz of expected outputs")
+    infer_parser.add_argument("--save", type=Path, help="write the outputs to this .npz")
+    infer_parser.add_argument("--full", action="store_true", help="print whole output arrays, not a summary")
+    infer_parser.add_argument("--cuda-shm", action="store_true", help="inputs/outputs in CUDA shared memory")
+    infer_parser.add_argument("--rtol", type=float, default=1e-3)
+    infer_parser.add_argument("--atol", type=float, default=1e-3)
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m client.cli") -> None:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    args.protocol = args.protocol or "http"
+    url = args.url or DEFAULT_URLS[args.protocol]
+    try:
+        sys.exit(run_command(args, make_client(args.protocol, url)))
+    except RequestError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    except (InferenceServerException, OSError) as error:
+        parser.exit(1, f"{parser.prog}: error: {args.protocol} {url}: {one_line(error)}\n")
+
+
+def run_command(args: argparse.Namespace, client: Any) -> int:
+    if args.command == "health":
+        live, ready = client.is_server_live(), client.is_server_ready()
+        print(f"live: {live}  ready: {ready}")
+        return 0 if live and ready else 1
+    if args.command in ("metadata", "config"):
+        reader = model_metadata if args.command == "metadata" else model_config
+        print(json.dumps(reader(client, args.model), indent=2))
+        return 0
+    return run_infer(client, args)
+
+
+if __name__ == "__main__":
+    main()

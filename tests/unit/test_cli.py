@@ -1,0 +1,156 @@
+"""The `triton-ort` command without a server: the offline config, the dispatcher, the infer client's
+input rules and output summary (against a fake client), and the launcher's --help."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from tests import graphs
+from triton_ort.cli import main
+from triton_ort.cli.infer import _load_inputs, build_parser, summary
+from triton_ort.cli.request_checks import RequestError
+
+
+class Done(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def triton_ort(capsys: pytest.CaptureFixture[str], *args: str) -> Done:
+    """The command in this process (a subprocess would spend seconds importing torch)."""
+    with pytest.raises(SystemExit) as exited:
+        main(list(args))
+    code = exited.value.code
+    out, err = capsys.readouterr()
+    if isinstance(code, str):  # sys.exit("message"): printed on stderr, status 1
+        return Done(1, out, err + code + "\n")
+    return Done(code or 0, out, err)
+
+
+def model_folder(root: Path, config: str) -> Path:
+    graphs.pairwise_add(root / "pair" / "1" / "model.onnx")
+    (root / "pair" / "config.pbtxt").write_text(config)
+    return root / "pair"
+
+
+def test_config_prints_the_auto_completed_config_offline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = model_folder(tmp_path, 'backend: "onnxruntime_zerocopy"\n')
+    done = triton_ort(capsys, "config", str(folder))
+    assert done.returncode == 0, done.stderr
+    config = text_format.Parse(done.stdout, model_config_pb2.ModelConfig())
+    assert config.name == "pair" and config.max_batch_size == 4 and config.HasField("dynamic_batching")
+    assert [(t.name, t.data_type, list(t.dims)) for t in config.input] == [
+        ("x", model_config_pb2.TYPE_FP32, [-1]),
+        ("y", model_config_pb2.TYPE_FP32, [-1]),
+    ]
+    assert [t.name for t in config.output] == ["z"]
+    assert "FORCE_CPU_ONLY_INPUT_TENSORS" in done.stderr  # the note, beside a config that lacks the line
+
+
+def test_config_of_a_folder_that_cannot_be_completed_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = model_folder(tmp_path, 'backend: "onnxruntime_zerocopy"\n')
+    (folder / "1" / "model.onnx").unlink()
+    done = triton_ort(capsys, "config", str(folder))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "model.onnx" in done.stderr, done.stderr
+    assert triton_ort(capsys, "config", str(tmp_path / "nothing")).stderr.count("config.pbtxt") == 1
+
+
+def test_an_unknown_command_names_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    done = triton_ort(capsys, "launch")
+    assert done.returncode == 1 and "unknown command 'launch'" in done.stderr and "serve" in done.stderr
+
+
+def test_serve_help_shows_the_ports_and_the_startup_limit_and_its_variable(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRITON_ORT_STARTUP_TIMEOUT_S", "300")
+    done = triton_ort(capsys, "serve", "--help")
+    text = " ".join(done.stdout.split())
+    assert done.returncode == 0, done.stderr
+    for expected in ("(default: 8000)", "(default: 8001)", "(default: 8002)", "TRITON_ORT_STARTUP_TIMEOUT_S"):
+        assert expected in text, text
+    assert "(default: 300.0)" in text, text  # the variable sets the default
+
+
+class FakeClient:
+    """What _load_inputs asks a tritonclient.http client: the model's config and metadata."""
+
+    def __init__(self, config: dict[str, Any], metadata: dict[str, Any]) -> None:
+        self.config, self.metadata = config, metadata
+
+    def get_model_config(self, model: str) -> dict[str, Any]:
+        return self.config
+
+    def get_model_metadata(self, model: str) -> dict[str, Any]:
+        return self.metadata
+
+
+PAIR = FakeClient(
+    {
+        "name": "pair",
+        "max_batch_size": 4,
+        "input": [
+            {"name": "x", "data_type": "TYPE_FP32", "dims": [-1]},
+            {"name": "y", "data_type": "TYPE_FP32", "dims": [-1]},
+        ],
+    },
+    {
+        "inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [-1, -1]},
+            {"name": "y", "datatype": "FP32", "shape": [-1, -1]},
+        ]
+    },
+)
+
+
+def inputs(client: FakeClient, tmp_path: Path, *args: str) -> dict[str, Any]:
+    parsed = build_parser("triton-ort").parse_args(["infer", "pair", *args])
+    return _load_inputs(parsed, client, client.metadata)
+
+
+def test_shape_chooses_the_open_axes_of_generated_inputs(tmp_path: Path) -> None:
+    got = inputs(PAIR, tmp_path, "--shape", "x=2,16", "--shape", "y=2,16")
+    assert {name: array.shape for name, array in got.items()} == {"x": (2, 16), "y": (2, 16)}
+
+
+def test_an_input_left_out_beside_given_ones_is_named_when_its_axes_are_open(tmp_path: Path) -> None:
+    np.save(tmp_path / "x.npy", np.zeros((2, 16), np.float32))
+    with pytest.raises(RequestError, match=r"input 'y' is not given.*--input y=FILE\.npy.*--shape y="):
+        inputs(PAIR, tmp_path, "--input", f"x={tmp_path / 'x.npy'}")
+    with pytest.raises(RequestError, match=r"input 'y' is not given"):
+        inputs(PAIR, tmp_path, "--shape", "x=2,16")
+
+
+def test_with_no_input_given_every_input_is_random_with_the_batch_as_before(tmp_path: Path) -> None:
+    got = inputs(PAIR, tmp_path, "--batch", "3")
+    assert {name: array.shape for name, array in got.items()} == {"x": (3, 1), "y": (3, 1)}
+
+
+@pytest.mark.parametrize(
+    ("item", "words"),
+    [("x=2,sixteen", "expected NAME=D1,D2"), ("z=2,16", "has no such input"), ("x=-1,16", "expected NAME")],
+)
+def test_a_shape_that_cannot_be_is_refused(tmp_path: Path, item: str, words: str) -> None:
+    with pytest.raises(RequestError, match=words):
+        inputs(PAIR, tmp_path, "--shape", item, "--shape", "y=2,16")
+
+
+def test_outputs_are_summarised_in_one_line_unless_full_is_asked() -> None:
+    logits = np.arange(103 * 2, dtype=np.float32).reshape(103, 2)
+    line = summary("np_logits", logits, full=False)
+    assert "\n" not in line and line.startswith("np_logits float32[103, 2]  [0., 1., 2., 3., 4., 5., ...]")
+    assert "min 0 max 205 mean 102.5" in line, line
+    assert summary("np_logits", logits, full=True).count("\n") == 103
+    assert summary("flags", np.array([True, False]), full=False).startswith("flags bool[2]  [ True, False]")
