@@ -107,9 +107,14 @@ def dockerfile_problems(text: str) -> list[str]:
     runs = [a for i, a in steps if i == "RUN"]
     if any(_installs_cpu_onnxruntime(run) for run in runs):
         problems.append("Dockerfile: installs the CPU 'onnxruntime' (it shadows onnxruntime-gpu)")
-    problems += [
-        f"Dockerfile: {p}" for p in _requirements_installed_with_hashes(runs, "requirements-gpu.txt")
-    ]
+    # The stack is a build argument (cpu for a base without CUDA); its default must be the GPU stack.
+    stack_default = re.search(r"^ARG STACK=(\S+)", text, re.MULTILINE)
+    requirements = "requirements-gpu.txt"
+    if stack_default:
+        requirements = "requirements-${STACK}.txt"
+        if stack_default.group(1) != "gpu":
+            problems.append(f"Dockerfile: ARG STACK defaults to {stack_default.group(1)}, not gpu")
+    problems += [f"Dockerfile: {p}" for p in _requirements_installed_with_hashes(runs, requirements)]
     project = [run for run in runs if "pip install" in run and re.search(r"\s\.(\s|$)", run)]
     if not project:
         problems.append("Dockerfile: the project itself (pip install .) is not installed")
