@@ -96,6 +96,7 @@ docker-clean: ## remove the containers, images and build cache that docker-image
 	-$(DOCKER_BIN) compose -p triton-ort-test -f docker/compose.yaml down --volumes --remove-orphans 2>/dev/null
 	-$(DOCKER_BIN) rmi triton-ort/client:latest triton-ort/server:23.12 $(PYTHON_STANDIN_IMAGE) $(STANDIN_IMAGE) \
 		triton-ort/bookworm:minbase 2>/dev/null
+	-$(DOCKER_BIN) image prune --force >/dev/null 2>&1
 	-$(DOCKER_BIN) builder prune --all --force >/dev/null 2>&1
 
 # One engine for the whole run: built, tested, cleaned up, and stopped if it was started here.

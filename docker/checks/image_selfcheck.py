@@ -341,7 +341,7 @@ def main() -> int:
     print("image self-check: ONNX Runtime CUDA EP loadability")
     provider = None
     if pinned_version(args.requirements, GPU_DIST) is None:
-        # No CUDA in the base: only the library path and numpy can be proven; the CUDA checks need the GPU stack.
+        # No CUDA in the base: only the library path and numpy can be proven here.
         print(f"  {args.requirements} pins no {GPU_DIST}: CPU stack, the CUDA checks are skipped")
         check_cpu_distribution(report, args.requirements)
     else:

@@ -49,7 +49,27 @@ _MODULE_OF = {
     "diagnose_missing_cuda_provider": ".session",
 }
 
-__all__ = sorted(_MODULE_OF)
+__all__ = [
+    "ConfigError",
+    "HookError",
+    "IOBindingRunner",
+    "InferenceError",
+    "InputError",
+    "ModelInstance",
+    "ModelOptions",
+    "Placement",
+    "Postprocess",
+    "Preprocess",
+    "ProviderError",
+    "Tensors",
+    "TritonOrtError",
+    "Unavailable",
+    "create_session",
+    "diagnose_missing_cuda_provider",
+    "parse_options",
+    "run_requests",
+    "triton_code",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -30,7 +30,9 @@ def _blocker() -> str | None:
         return line
     if "ready" not in line:
         return f"no Docker engine running ({line}); `make test-container` starts one"
-    missing = [i for i in IMAGES if subprocess.run([DOCKER, "image", "inspect", i], capture_output=True).returncode]
+    missing = [
+        i for i in IMAGES if subprocess.run([DOCKER, "image", "inspect", i], capture_output=True).returncode
+    ]
     if missing:
         return f"images {missing} not built: `make docker-images`"
     return None
@@ -62,12 +64,20 @@ class Compose:
         self.files = [*BASE_FILES, *extra]
         self.env = {**os.environ, "TRITON_ORT_TEST_MEMLOCK": str(_memlock_limit()), **(env or {})}
 
-    def __call__(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    def __call__(
+        self, *args: str, check: bool = True, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
         command = [DOCKER, "compose", "-p", PROJECT]
         for file in self.files:
             command += ["-f", file]
         return subprocess.run(
-            [*command, *args], cwd=REPO, env=self.env, capture_output=True, text=True, check=check, timeout=timeout
+            [*command, *args],
+            cwd=REPO,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=timeout,
         )
 
     def up(self, check: bool = True) -> subprocess.CompletedProcess[str]:

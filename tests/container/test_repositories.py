@@ -55,8 +55,19 @@ def test_two_line_config_model_is_served(mounted: tuple[Compose, Path], demo_onn
     assert result.returncode == 0, result.stderr + compose.logs()[-3000:]
     # The compose client, with the same repository mounted for its reference answer.
     smoke = compose(
-        "run", "--rm", "--no-deps", "client", "--http-url", HTTP_URL, "--grpc-url", GRPC_URL,
-        "--model-repository", "/models", "--model", "mine", check=False,
+        "run",
+        "--rm",
+        "--no-deps",
+        "client",
+        "--http-url",
+        HTTP_URL,
+        "--grpc-url",
+        GRPC_URL,
+        "--model-repository",
+        "/models",
+        "--model",
+        "mine",
+        check=False,
     )
     print(smoke.stdout[-1500:])
     assert smoke.returncode == 0, smoke.stdout[-2000:] + smoke.stderr[-2000:]
@@ -72,8 +83,13 @@ def test_broken_repository_fails_with_the_models_own_error_first(mounted: tuple[
     container = compose.container()
     logs = compose.logs()
     # Warnings and errors (glog's W/E lines) that name the model.
-    about_model = [line for line in logs.splitlines() if "broken" in line and re.search(r"\| [WE]\d{4} ", line)]
-    print(f"up failed after {took:.1f} s; restarts {inspect(container, '{{.RestartCount}}')}; first lines on it:")
+    about_model = [
+        line for line in logs.splitlines() if "broken" in line and re.search(r"\| [WE]\d{4} ", line)
+    ]
+    print(
+        f"up failed after {took:.1f} s; restarts {inspect(container, '{{.RestartCount}}')};",
+        "its first warnings and errors naming the model:",
+    )
     print("\n".join(about_model[:4]))
     assert about_model, logs[-3000:]
     # The first word on the model is its own diagnosis, naming the file and the cause; Triton's generic
@@ -81,5 +97,9 @@ def test_broken_repository_fails_with_the_models_own_error_first(mounted: tuple[
     # precedes it on every CPU start; it is not about the model.)
     first = about_model[0]
     assert "/models/broken/1/model.onnx" in first and "not a readable ONNX file" in first, first
-    generic = [i for i, line in enumerate(about_model) if "Failed to create instance" in line or "failed to load" in line]
+    generic = [
+        i
+        for i, line in enumerate(about_model)
+        if "Failed to create instance" in line or "failed to load" in line
+    ]
     assert generic and generic[0] > 0, about_model[:6]

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from numpy.typing import NDArray
 
-from tests.container.conftest import GRPC_URL, HTTP_URL, Compose, docker, inspect
+from tests.container.conftest import HTTP_URL, Compose, docker, inspect
 
 MODEL = "demo"
 START_PERIOD_S = 180  # docker/compose.yaml's healthcheck start_period
@@ -59,7 +60,7 @@ def stubs(container: str) -> list[dict[str, Any]]:
     return [p for p in processes(container) if "triton_python_backend_stub" in p["cmd"]]
 
 
-def request(client: Any, rows: int = 4) -> tuple[np.ndarray, np.ndarray]:
+def request(client: Any, rows: int = 4) -> tuple[NDArray[np.float32], NDArray[Any]]:
     batch = np.random.default_rng(rows).standard_normal((rows, 2010), dtype=np.float32)
     item = httpclient.InferInput("np_script_embeddings", list(batch.shape), "FP32")
     item.set_data_from_numpy(batch)
@@ -170,7 +171,9 @@ def test_killed_stub_comes_back(served: Compose, reference: Any) -> None:
             time.sleep(1)
             client = httpclient.InferenceServerClient(HTTP_URL)
     restarts = int(inspect(container, "{{.RestartCount}}")) - restarts_before
-    print(f"after the kill: {len(errors)} refused requests, container restarts {restarts}; first: {errors[:2]}")
+    print(
+        f"after the kill: {len(errors)} refused requests, container restarts {restarts}; first: {errors[:2]}"
+    )
     assert victim not in [s["pid"] for s in stubs(container)] or restarts > 0
 
 
@@ -217,5 +220,5 @@ def test_stop_with_requests_in_flight(served: Compose, reference: Any) -> None:
     assert inspect(container, "{{.State.Running}}") == "false"
     # No stub left behind (the container's /dev/shm, its own tmpfs, goes with it).
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    own = [l for l in ps.splitlines() if "triton_python_backend_stub" in l and "/opt/tritonserver" in l]
+    own = [line for line in ps.splitlines() if "/opt/tritonserver/backends/python/triton_python" in line]
     assert not own, own

@@ -115,7 +115,10 @@ DOCKERFILE_MUTATIONS = {
         "CPU 'onnxruntime'",
     ),
     "CPU onnxruntime beside the GPU one": (
-        DOCKERFILE.replace("docker/requirements-gpu.txt", "docker/requirements-gpu.txt onnxruntime"),
+        DOCKERFILE.replace(
+            "--requirement docker/requirements-${STACK}.txt",
+            "--requirement docker/requirements-${STACK}.txt onnxruntime",
+        ),
         "CPU 'onnxruntime'",
     ),
     "runs as root": (DOCKERFILE + "\nUSER root\n", "non-root"),
