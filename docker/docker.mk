@@ -108,4 +108,4 @@ test-container: $(VENV_STAMP) ## the container tier: build on the stand-in, run 
 test-container-run:
 	@trap '$(if $(DOCKER_KEEP),,$(MAKE) --no-print-directory docker-clean)' EXIT; \
 	$(MAKE) --no-print-directory docker-images && \
-	$(PYTHON) -m pytest tests/container -v -p no:cacheprovider
+	$(PYTHON) -m pytest -v --timeout=600 -p no:cacheprovider tests/container
