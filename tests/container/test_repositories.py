@@ -3,6 +3,7 @@ fails with the model's own error first in `docker compose logs`."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -53,6 +54,9 @@ def test_two_line_config_model_is_served(mounted: tuple[Compose, Path], demo_onn
     repository(root, "mine", demo_onnx.read_bytes())
     result = compose.up(check=False)
     assert result.returncode == 0, result.stderr + compose.logs()[-3000:]
+    mounts = json.loads(inspect(compose.container(), "{{json .Mounts}}"))
+    models = next(m for m in mounts if m["Destination"] == "/models")
+    assert models["Source"] == str(root) and models["RW"] is False, models
     # The compose client, with the same repository mounted for its reference answer.
     smoke = compose(
         "run",

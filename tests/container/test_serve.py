@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from numpy.typing import NDArray
+from tritonclient.utils import InferenceServerException
 
 from tests.container.conftest import HTTP_URL, Compose, docker, inspect
 
@@ -31,11 +32,13 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
         cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode().strip()
         status = dict(l.split(":", 1) for l in open(f"/proc/{pid}/status").read().splitlines() if ":" in l)
         maps = sorted({l.split()[-1] for l in open(f"/proc/{pid}/maps") if "libonnxruntime" in l})
+        env = dict(e.split("=", 1) for e in open(f"/proc/{pid}/environ").read().split("\0") if "=" in e)
     except OSError:
         continue
     out.append({"pid": int(pid), "cmd": cmd, "uid": status["Uid"].split()[0],
                 "nonewprivs": status.get("NoNewPrivs", "").strip(), "capeff": status["CapEff"].strip(),
-                "onnxruntime": maps})
+                "onnxruntime": maps, "ppid": int(status["PPid"]), "argv": cmd.split(),
+                "library_path": env.get("LD_LIBRARY_PATH", "")})
 print(json.dumps(out))
 """
 
@@ -108,6 +111,42 @@ def test_runs_as_uid_1000(served: Compose) -> None:
     assert docker("exec", container, "id", "-u").stdout.strip() == "1000"
     server = [p for p in processes(container) if p["cmd"].startswith("tritonserver")]
     assert server and {p["uid"] for p in processes(container)} == {"1000"}
+
+
+def test_entrypoint_gave_tritonserver_its_command_line_and_library_path(served: Compose) -> None:
+    """What the entrypoint and compose really started, read from the running processes."""
+    container = served.container()
+    procs = {p["pid"]: p for p in processes(container)}
+    # compose's init: true: PID 1 is Docker's init, and the entrypoint exec'd tritonserver under it.
+    assert "docker-init" in procs[1]["cmd"], procs[1]
+    server = next(p for p in procs.values() if p["argv"][0].endswith("tritonserver"))
+    assert server["ppid"] == 1, server
+    for flag in ("--model-control-mode=none", "--exit-timeout-secs=30", "--strict-readiness=true"):
+        assert flag in server["argv"], (flag, server["argv"])
+    assert any(a.startswith("--http-restricted-api=logging,trace:") for a in server["argv"])
+    # Triton's ORT folder, first on the image's LD_LIBRARY_PATH, is gone from tritonserver's and the stubs'.
+    for proc in [server, *stubs(container)]:
+        assert "/opt/tritonserver/backends/onnxruntime" not in proc["library_path"].split(":"), proc
+    # shm_size: the python backend's /dev/shm is 1 GiB, not Docker's 64 MB.
+    df = docker("exec", container, "df", "--output=size", "-B1", "/dev/shm").stdout.split()
+    assert int(df[-1]) >= 1 << 30, df
+
+
+def test_no_model_control_or_log_files_over_the_network(served: Compose) -> None:
+    client = httpclient.InferenceServerClient(HTTP_URL)
+    with pytest.raises(InferenceServerException):
+        client.unload_model(MODEL)
+    assert client.is_model_ready(MODEL)
+    # The logging API answers only requests carrying the per-start admin header.
+    import urllib.error
+    import urllib.request
+
+    update = urllib.request.Request(
+        f"http://{HTTP_URL}/v2/logging", data=b'{"log_file": "/tmp/x"}', method="POST"
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(update, timeout=10)
+    assert refused.value.code in (401, 403), refused.value.code
 
 
 def test_stub_loads_no_onnxruntime_from_tritons_folder(served: Compose) -> None:
