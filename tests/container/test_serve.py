@@ -123,7 +123,8 @@ def test_entrypoint_gave_tritonserver_its_command_line_and_library_path(served: 
     assert server["ppid"] == 1, server
     for flag in ("--model-control-mode=none", "--exit-timeout-secs=30", "--strict-readiness=true"):
         assert flag in server["argv"], (flag, server["argv"])
-    assert any(a.startswith("--http-restricted-api=logging,trace:") for a in server["argv"])
+    for flag in ("--http-restricted-api=logging,trace:", "--grpc-restricted-protocol=logging,trace:"):
+        assert any(a.startswith(flag) for a in server["argv"]), (flag, server["argv"])
     # Triton's ORT folder, first on the image's LD_LIBRARY_PATH, is gone from tritonserver's and the stubs'.
     for proc in [server, *stubs(container)]:
         assert "/opt/tritonserver/backends/onnxruntime" not in proc["library_path"].split(":"), proc
