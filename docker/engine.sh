@@ -136,12 +136,17 @@ case "${1:-}" in
     *)
         ensure_engine
         if [[ -n $STARTED_PID ]]; then
-            # Stop what this script started on every way out (exit, Ctrl-C, SIGTERM from CI).
             trap 'stop_engine "$STARTED_PID"' EXIT
-            trap 'exit 130' INT
-            trap 'exit 143' TERM
         fi
         export DOCKER
-        "$@"
+        # The command runs in the background so that a signal reaches this script at once: it is passed
+        # on to the command, and then (EXIT) the engine this script started is stopped.
+        "$@" &
+        child=$!
+        trap 'kill -TERM "$child" 2>/dev/null || true; wait "$child" || true; exit 143' TERM
+        trap 'kill -INT "$child" 2>/dev/null || true; wait "$child" || true; exit 130' INT
+        status=0
+        wait "$child" || status=$?
+        exit "$status"
         ;;
 esac

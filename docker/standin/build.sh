@@ -20,7 +20,9 @@ work=$(mktemp -d /var/tmp/triton-ort-standin.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 if ! "$DOCKER" image inspect "$ROOTFS_IMAGE" >/dev/null 2>&1; then
-    command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap >/dev/null
+    if ! command -v debootstrap >/dev/null; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+    fi
     echo "standin: debootstrap bookworm (minbase) from $MIRROR"
     debootstrap --variant=minbase bookworm "$work/rootfs" "$MIRROR" >"$work/debootstrap.log" \
         || { tail -n 5 "$work/debootstrap.log"; exit 1; }
