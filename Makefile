@@ -140,7 +140,7 @@ lint: $(VENV_STAMP) ## ruff and mypy
 
 .PHONY: test
 test: models lint docker-lint ## lint (code and docker/), unit and integration tests (GPU tests need CUDA)
-	$(PYTHON) -m pytest -q tests
+	$(PYTHON) -m pytest -q tests --ignore=tests/container
 
 # The tiers, each under pytest-timeout (a limit per test, so a hung server fails the test instead of CI).
 .PHONY: test-unit

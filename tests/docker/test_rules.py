@@ -68,10 +68,7 @@ def _mount_models(config: Config, read_only: bool = True) -> None:
 COMPOSE_MUTATIONS: dict[str, tuple[str, Callable[[Config], None]]] = {
     "port on all interfaces": ("beyond 127.0.0.1", lambda c: _triton(c)["ports"][0].pop("host_ip", None)),
     "no GPU reservation": ("no GPU reservation", lambda c: _triton(c).pop("deploy", None)),
-    "64 MB shm": ("below 1 GiB", lambda c: _triton(c).update(shm_size="67108864")),
     "finite memlock": ("memlock", lambda c: _triton(c)["ulimits"].update(memlock=65536)),
-    "no healthcheck": ("healthcheck", lambda c: _triton(c).pop("healthcheck", None)),
-    "no init": ("init: true", lambda c: _triton(c).pop("init", None)),
     "Docker's 10 s grace period": ("stop_grace_period", lambda c: _triton(c).pop("stop_grace_period", None)),
     "grace shorter than the exit timeout": (
         "stop_grace_period",
@@ -98,13 +95,6 @@ def test_a_broken_compose_file_is_reported(compose: dict[str, Config], label: st
     assert any(expected in p for p in problems), problems
 
 
-def test_a_writable_host_repository_is_reported(compose: dict[str, Config]) -> None:
-    config = copy.deepcopy(compose["mounted"])
-    for service in ("triton", "client"):
-        rules.model_mount(config["services"][service])["read_only"] = False
-    assert any("not read-only" in p for p in rules.compose_problems(config, gpu=True, mounted=True))
-
-
 def test_a_gpu_reservation_in_the_cpu_variant_is_reported(compose: dict[str, Config]) -> None:
     assert any("still reserves" in p for p in rules.compose_problems(compose["gpu"], gpu=False))
 
@@ -115,7 +105,10 @@ DOCKERFILE_MUTATIONS = {
         "CPU 'onnxruntime'",
     ),
     "CPU onnxruntime beside the GPU one": (
-        DOCKERFILE.replace("docker/requirements-gpu.txt", "docker/requirements-gpu.txt onnxruntime"),
+        DOCKERFILE.replace(
+            "--requirement docker/requirements-${STACK}.txt",
+            "--requirement docker/requirements-${STACK}.txt onnxruntime",
+        ),
         "CPU 'onnxruntime'",
     ),
     "runs as root": (DOCKERFILE + "\nUSER root\n", "non-root"),
@@ -137,10 +130,6 @@ DOCKERFILE_MUTATIONS = {
         DOCKERFILE.replace("--entrypoint /opt/triton-ort/entrypoint.sh", ""),
         "--entrypoint",
     ),
-    "library-path.sh not in the image": (
-        DOCKERFILE.replace("docker/library-path.sh", ""),
-        "library-path.sh is not copied",
-    ),
     "unpinned base image": (DOCKERFILE.replace(":23.12-py3", ":latest"), "not pinned"),
 }
 
@@ -156,10 +145,6 @@ def test_a_broken_dockerfile_is_reported(label: str) -> None:
 CLIENT_MUTATIONS = {
     "runs as root": (CLIENT_DOCKERFILE + "\nUSER 0\n", "non-root"),
     "no hashes": (CLIENT_DOCKERFILE.replace("--require-hashes", ""), "--require-hashes"),
-    "no models from the server image": (
-        CLIENT_DOCKERFILE.replace("COPY --from=server /models /models", ""),
-        "copy /models",
-    ),
 }
 
 
@@ -170,28 +155,10 @@ def test_a_broken_client_dockerfile_is_reported(label: str) -> None:
     assert any(expected in p for p in rules.client_dockerfile_problems(text))
 
 
-ENTRYPOINT_MUTATIONS = {
-    "model control over the network": (
-        ENTRYPOINT.replace("--model-control-mode=none", "--model-control-mode=explicit"),
-        "model-control-mode",
-    ),
-    "logging API open to clients": (
-        ENTRYPOINT.replace('--http-restricted-api="logging,trace:', '--http-restricted-api="trace:'),
-        "--http-restricted-api",
-    ),
-    "library path not cleaned": (
-        ENTRYPOINT.replace("LD_LIBRARY_PATH=$(triton_ort_library_path", "UNUSED=$(triton_ort_library_path"),
-        "library-path.sh",
-    ),
-    "no exit timeout": (ENTRYPOINT.replace("--exit-timeout-secs", "--exit-timeout"), "--exit-timeout-secs"),
-}
-
-
-@pytest.mark.parametrize("label", sorted(ENTRYPOINT_MUTATIONS))
-def test_a_broken_entrypoint_is_reported(label: str) -> None:
-    text, expected = ENTRYPOINT_MUTATIONS[label]
-    assert text != ENTRYPOINT
-    assert any(expected in p for p in rules.entrypoint_problems(text))
+def test_an_entrypoint_without_the_cuda_pool_is_reported() -> None:
+    """The rest of the entrypoint's command line is read from the running server (tests/container)."""
+    text = ENTRYPOINT.replace("--cuda-memory-pool-byte-size", "--cuda-pool")
+    assert any("--cuda-memory-pool-byte-size" in p for p in rules.entrypoint_problems(text))
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds the stand-in 23.12 base (docker/standin/Dockerfile) with no registry: a Debian 12 minbase rootfs
+# from debootstrap, imported as $ROOTFS_IMAGE, then the Dockerfile on it. Needs a running engine
+# (docker/engine.sh runs this from `make docker-standin`). Skips what already exists.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+DOCKER=${DOCKER:-/usr/bin/docker}
+ROOTFS_IMAGE=${ROOTFS_IMAGE:-triton-ort/bookworm:minbase}
+STANDIN_IMAGE=${STANDIN_IMAGE:-triton-ort/tritonserver-standin:23.12}
+PYTHON_IMAGE=${PYTHON_IMAGE:-triton-ort/python-standin:3.11-slim-bookworm}
+PYTRITON=nvidia-pytriton==0.5.0
+OTHER_ORT=onnxruntime==1.16.3
+# The CPU torch for the stand-in (requirements-cpu.txt at the root explains: this machine has it locally).
+TORCH_WHEEL=${TORCH_WHEEL:-$(ls /opt/wheels/torch-2.13.0+cpu-cp311-*.whl 2>/dev/null | head -n 1)}
+MIRROR=${DEBIAN_MIRROR:-$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)}
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
+
+work=$(mktemp -d /var/tmp/triton-ort-standin.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+if ! "$DOCKER" image inspect "$ROOTFS_IMAGE" >/dev/null 2>&1; then
+    if ! command -v debootstrap >/dev/null; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+    fi
+    echo "standin: debootstrap bookworm (minbase) from $MIRROR"
+    debootstrap --variant=minbase bookworm "$work/rootfs" "$MIRROR" >"$work/debootstrap.log" \
+        || { tail -n 5 "$work/debootstrap.log"; exit 1; }
+    tar -C "$work/rootfs" -c . | "$DOCKER" import - "$ROOTFS_IMAGE" >/dev/null
+    rm -rf "$work/rootfs"
+fi
+
+if [[ -z $TORCH_WHEEL ]]; then
+    echo "standin: no CPU torch wheel (TORCH_WHEEL=/path/to/torch-2.13.0+cpu-cp311-...whl)" >&2
+    exit 1
+fi
+ctx=$work/context
+mkdir -p "$ctx/wheels" "$ctx/onnxruntime" "$work/dl"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 -d "$work/dl" "$PYTRITON" "$OTHER_ORT"
+python3 -m zipfile -e "$work"/dl/nvidia_pytriton-*.whl "$work/pytriton"
+mv "$work/pytriton/pytriton/tritonserver" "$ctx/tritonserver"
+mv "$work/pytriton/nvidia_pytriton.libs" "$ctx/tritonserver/lib"
+python3 -m zipfile -e "$work"/dl/onnxruntime-*.whl "$work/ort"
+cp "$work"/ort/onnxruntime/capi/libonnxruntime_providers_shared.so "$ctx/onnxruntime/"
+cp "$TORCH_WHEEL" "$ctx/wheels/"
+cp /etc/ssl/certs/ca-certificates.crt "$ctx/"
+
+DOCKER_BUILDKIT=1 "$DOCKER" build --network host --build-arg ROOTFS_IMAGE="$ROOTFS_IMAGE" \
+    -f docker/standin/Dockerfile -t "$STANDIN_IMAGE" "$ctx"
+DOCKER_BUILDKIT=1 "$DOCKER" build --network host --build-arg ROOTFS_IMAGE="$ROOTFS_IMAGE" \
+    -f docker/standin/python.Dockerfile -t "$PYTHON_IMAGE" "$ctx"
