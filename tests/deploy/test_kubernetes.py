@@ -156,9 +156,9 @@ def test_the_renderer_refuses_kustomize_fields_it_does_not_implement(tmp_path: P
 def test_probes_ask_triton_for_readiness_and_liveness_on_its_http_port(overlay: str) -> None:
     container = server_container(rendered(overlay))
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    # the entrypoint's defaults (TRITON_HTTP_PORT etc.), which the manifests do not override
     assert ports == {
-        name: int(re.search(rf"--{name}-port=(\d+)", ENTRYPOINT).group(1))  # type: ignore[union-attr]
-        for name in ("http", "grpc", "metrics")
+        name: entrypoint_default(f"TRITON_{name.upper()}_PORT") for name in ("http", "grpc", "metrics")
     }
     probes = {kind: container[f"{kind}Probe"]["httpGet"] for kind in ("startup", "readiness", "liveness")}
     assert {kind: (probe["path"], probe["port"]) for kind, probe in probes.items()} == {
