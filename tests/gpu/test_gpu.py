@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from torch.profiler import ProfilerActivity, profile
 
 from tests import graphs
+from tests.dlpack_layout import python_backend_accepts
 from tests.paths import Tolerance, demo_onnx
 from tests.repository import build_test_repository
 from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
@@ -360,18 +361,6 @@ def test_a_cuda_session_writes_no_ort_warning_at_our_default_level(capfd: pytest
     assert "[W:onnxruntime" not in printed.err and "\x1b" not in printed.err + printed.out, printed.err
 
 
-def c_order_for_the_python_backend(tensor: torch.Tensor) -> bool:
-    """pb_utils.Tensor.from_dlpack's layout check (python_backend src/pb_tensor.cc): every axis but the
-    first whose size is not 1 has its C-order stride, empty axes included."""
-    expected = 1
-    for size, stride in zip(reversed(tensor.shape[1:]), reversed(tensor.stride()[1:]), strict=True):
-        if size != 1:
-            if stride != expected:
-                return False
-            expected *= size
-    return True
-
-
 @pytest.mark.parametrize("mode", ["device", "host"])
 def test_empty_outputs_on_the_gpu_are_empty_answers_the_python_backend_accepts(
     tmp_path: Path, mode: str
@@ -397,4 +386,4 @@ def test_empty_outputs_on_the_gpu_are_empty_answers_the_python_backend_accepts(
         stream.synchronize()
         assert tuple(got.shape) == shape == cpu_reference(path, inputs)[name].shape
         assert got.device.type == ("cuda" if mode == "device" else "cpu")
-        assert c_order_for_the_python_backend(got), (path.name, mode, got.stride())
+        assert python_backend_accepts(got), (path.name, mode, got.stride())

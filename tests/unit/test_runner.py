@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 from onnx import TensorProto
 
 from tests import graphs
+from tests.dlpack_layout import python_backend_accepts
 from tests.paths import demo_onnx
 from triton_ort import InputError, IOBindingRunner, Placement
 from triton_ort import runner as runner_module
@@ -235,18 +236,6 @@ def test_plans_keep_data_dependent_outputs_right_across_shapes(tmp_path: Path) -
         runner.begin_execute()  # one signature, answers of different sizes
         got = runner.run({"x": x})["indices"]
         np.testing.assert_array_equal(got.numpy(), session_run(path, {"x": x.numpy()})["indices"])
-
-
-def python_backend_accepts(tensor: torch.Tensor) -> bool:
-    """pb_utils.Tensor.from_dlpack's layout check (python_backend src/pb_tensor.cc, r23.12 and r24.10):
-    every axis but the first whose size is not 1 must have the C-order stride, empty axes included."""
-    expected = 1
-    for size, stride in zip(reversed(tensor.shape[1:]), reversed(tensor.stride()[1:]), strict=True):
-        if size != 1:
-            if stride != expected:
-                return False
-            expected *= size
-    return True
 
 
 def test_an_empty_ort_allocated_output_has_strides_the_python_backend_accepts(tmp_path: Path) -> None:
