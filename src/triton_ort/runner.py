@@ -103,8 +103,9 @@ PLAN_CACHE_SIZE = 32
 sum theirs) cannot grow memory without bound. A signature past it is planned again when it comes back."""
 
 MAX_CUDA_GRAPHS = 32
-"""Signatures captured as CUDA graphs per runner; past it, new signatures run without a graph. A captured
-plan is never evicted: its graph replays on the addresses of its buffers."""
+"""CUDA graph ids a runner gives out; past it, new signatures run without a graph. A captured plan is never
+evicted (its graph replays on the addresses of its buffers), and an id is never given twice: a plan
+dropped after a failed run leaves its id captured in ORT on buffers that are gone."""
 
 
 def _signature(tensors: Mapping[str, torch.Tensor]) -> Signature:
@@ -161,6 +162,7 @@ class IOBindingRunner:
         self._valid_signatures: set[Signature] = set()
         self._plans: OrderedDict[Signature, RunPlan] = OrderedDict()
         self._graph_plans: dict[Signature, RunPlan] = {}
+        self._graph_ids_given = 0
         self._execute = 0  # counts begin_execute(); 0: the caller declares no executes
         self.stats = RunnerStats()
         # A failed run can leave ORT's CUDA arena holding what it grabbed for it (a request that asked for
@@ -175,6 +177,8 @@ class IOBindingRunner:
                     "has outputs of data-dependent size. Set cuda_graph: false."
                 )
             self._shrink_options = None  # a captured graph keeps its memory; nothing to shrink
+            if self._run_options is not None:  # always, on a CUDA session
+                self._run_options.add_run_config_entry("gpu_graph_id", "-1")  # plans without a graph
         # An empty tensor's data_ptr may be 0, which ORT rejects; bind this instead (never read: 0 elements).
         self._placeholder = torch.empty(8, dtype=torch.uint8, device=self.device)
 
@@ -384,7 +388,7 @@ class IOBindingRunner:
         signature = _signature(tensors)
         plan = self._graph_plans.get(signature) or self._plans.get(signature)
         if plan is None:
-            graph = self._cuda_graph and len(self._graph_plans) < MAX_CUDA_GRAPHS
+            graph = self._cuda_graph and self._graph_ids_given < MAX_CUDA_GRAPHS
             plan = self._new_plan(tensors, graph)
             if graph:
                 self._graph_plans[signature] = plan
@@ -425,14 +429,17 @@ class IOBindingRunner:
         graph_inputs = None
         run_options = self._run_options
         if graph:
+            # C-ordered whatever the request's strides (empty_like would keep them): bound by pointer
             graph_inputs = {
-                spec.name: torch.empty_like(tensors[spec.name], device=self.device) for spec in self.inputs
+                spec.name: torch.empty(
+                    tensors[spec.name].shape, dtype=tensors[spec.name].dtype, device=self.device
+                )
+                for spec in self.inputs
             }
             for spec, fixed in zip(self.inputs, graph_inputs.values(), strict=True):
                 self._bind(binding.bind_input, spec, fixed)
-            run_options = self._cuda_run_options(graph_id=len(self._graph_plans) + 1)  # ORT reserves 0
-        elif self._cuda_graph:
-            run_options = self._cuda_run_options(graph_id=-1)  # this signature runs without a graph
+            self._graph_ids_given += 1
+            run_options = self._cuda_run_options(graph_id=self._graph_ids_given)  # ORT reserves 0
         ort_allocated = tuple(spec for spec in self.outputs if spec.name not in outputs)
         return RunPlan(binding, outputs, ort_allocated, host, run_options, graph_inputs)
 
