@@ -65,6 +65,18 @@ def nonzero(path: Path) -> Path:
     return save(graph, path)
 
 
+def reshape_to(path: Path) -> Path:
+    """x float[b,6] reshaped to `shape` int64[2]: ORT reads a shape on the host, even in a CUDA session."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        "reshape_to",
+        [v("x", TensorProto.FLOAT, ["batch", 6]), v("shape", TensorProto.INT64, [2])],
+        [v("y", TensorProto.FLOAT, [None, None])],
+    )
+    return save(graph, path)
+
+
 def pairwise_add(path: Path) -> Path:
     """x[b,n] + y[b,m]: only valid when n == m, so ORT fails at run time for a request where they differ."""
     v = helper.make_tensor_value_info

@@ -98,6 +98,30 @@ def _shape_text(shape: Sequence[Dim]) -> str:
 
 Signature = tuple[tuple[str, torch.dtype, tuple[int, ...]], ...]
 
+NO_GRAPH = -1
+"""ORT's gpu_graph_id for a run that neither captures nor replays a CUDA graph."""
+
+
+def _run_options(graph_id: int) -> ort.RunOptions:
+    options = ort.RunOptions()
+    # Always named, even where no graph is used: ORT >= 1.31 reads it at every run_with_iobinding, and a
+    # missing key costs a C++ exception turned into a Python one (30 µs per run on the 2-core CPU machine,
+    # ~100 µs per execute in the stub on the GPU test host; docs/benchmarks.md).
+    options.add_run_config_entry("gpu_graph_id", str(graph_id))
+    return options
+
+
+def _reads_inputs_on_host(session: ort.InferenceSession) -> bool:
+    """Whether ORT reads some input of a CUDA session on the host (a CPU node's input, such as a shape):
+    it then copies that input at bind time. An ORT too old to say (get_input_memory_infos came after
+    1.23) is taken to do so."""
+    try:
+        infos = session.get_input_memory_infos()
+    except (AttributeError, RuntimeError):
+        return True
+    return infos is None or any(info.name != "Cuda" for info in infos)
+
+
 PLAN_CACHE_SIZE = 32
 """Plans kept per runner, least recently used first out: a load of ever-new batch sizes (gathered requests
 sum theirs) cannot grow memory without bound. A signature past it is planned again when it comes back."""
@@ -177,8 +201,7 @@ class IOBindingRunner:
                     "has outputs of data-dependent size. Set cuda_graph: false."
                 )
             self._shrink_options = None  # a captured graph keeps its memory; nothing to shrink
-            if self._run_options is not None:  # always, on a CUDA session
-                self._run_options.add_run_config_entry("gpu_graph_id", "-1")  # plans without a graph
+        self.inputs_read_on_host = self.placement.is_cuda and _reads_inputs_on_host(session)
         # An empty tensor's data_ptr may be 0, which ORT rejects; bind this instead (never read: 0 elements).
         self._placeholder = torch.empty(8, dtype=torch.uint8, device=self.device)
 
@@ -199,7 +222,7 @@ class IOBindingRunner:
         if not self.placement.is_cuda:
             if not arena_shrinkage:
                 return None, None
-            options = ort.RunOptions()
+            options = _run_options(NO_GRAPH)
             options.add_run_config_entry("memory.enable_memory_arena_shrinkage", arena_shrinkage)
             return options, None
         options, shrink = self._cuda_run_options(), self._cuda_run_options()
@@ -208,10 +231,8 @@ class IOBindingRunner:
         shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", f"gpu:{self.placement.device_id}")
         return options, shrink
 
-    def _cuda_run_options(self, graph_id: int | None = None) -> ort.RunOptions:
-        options = ort.RunOptions()
-        if graph_id is not None:
-            options.add_run_config_entry("gpu_graph_id", str(graph_id))
+    def _cuda_run_options(self, graph_id: int = NO_GRAPH) -> ort.RunOptions:
+        options = _run_options(graph_id)
         if self.placement.cuda_stream is not None:
             # ORT's end-of-run stream sync would be the first of two: the caller syncs the same stream
             # after queueing the host copies, so one wait covers kernels and copies.
@@ -302,9 +323,10 @@ class IOBindingRunner:
         if plan.graph_inputs is not None:  # a graph replays on the addresses it was captured with
             for fixed, tensor in zip(plan.graph_inputs.values(), staged, strict=True):
                 fixed.copy_(tensor, non_blocking=True)
-        if (fresh or self.stats.host_to_device_copies != staged_before) and self.placement.is_cuda:
+        if self.inputs_read_on_host and (fresh or self.stats.host_to_device_copies != staged_before):
             # ORT copies an input it needs on the CPU at bind time, with a blocking copy on the legacy
             # stream, which does not wait for the staging copy (or the caller's kernels) just queued on ours.
+            # Inputs read on the device need no wait: ORT's kernels run on our stream, after that work.
             torch.cuda.current_stream(self.device).synchronize()
         if plan.graph_inputs is None:
             # Bound every run, even at an unchanged address: ORT keeps its own copy of an input it needs

@@ -23,9 +23,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from tests import graphs
 from tests.dlpack_layout import python_backend_accepts
-from tests.paths import Tolerance, demo_onnx
+from tests.paths import MODEL_REPOSITORY, Tolerance, demo_onnx
 from tests.repository import build_test_repository
-from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
+from triton_ort import IOBindingRunner, ModelInstance, ModelOptions, Placement, create_session
 from triton_ort import runner as runner_module
 from triton_ort.copy_counter import cupti_counts_from_log
 from triton_ort.runner import OutputPlacement
@@ -118,6 +118,38 @@ def test_several_dtypes_and_a_data_dependent_shape_on_gpu(tmp_path: Path) -> Non
     np.testing.assert_array_equal(indices.cpu().numpy(), cpu_reference(nz_path, {"x": x})["indices"])
 
 
+def test_a_gpu_instance_keeps_no_ort_thread_pool_unless_its_config_asks(tmp_path: Path) -> None:
+    """A GPU session's kernels are launched from the calling thread; an idle pool would only spin."""
+    from google.protobuf import json_format
+
+    demo = read_config(MODEL_REPOSITORY / "demo")
+    config = json_format.MessageToDict(demo, preserving_proto_field_name=True)
+    config.setdefault("parameters", {})["onnx_file"] = {"string_value": str(demo_onnx())}
+    assert ModelInstance(config, tmp_path, "GPU", 0).options.intra_op_num_threads == 1
+    config["parameters"]["intra_op_thread_count"] = {"string_value": "4"}
+    assert ModelInstance(config, tmp_path, "GPU", 0).options.intra_op_num_threads == 4
+
+
+def test_a_run_waits_for_fresh_inputs_only_where_ort_reads_one_on_the_host(tmp_path: Path) -> None:
+    """ORT copies an input it reads on the host (a Reshape's shape) at bind time, outside our stream, so
+    inputs just made on the stream are waited for first; inputs read on the device are not (ORT's
+    kernels queue behind their producers on the same stream)."""
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    assert not cuda_runner(demo_onnx(), stream).inputs_read_on_host
+    runner = cuda_runner(graphs.reshape_to(tmp_path / "r.onnx"), stream)
+    assert runner.inputs_read_on_host
+    big = torch.randn(4096, 4096, device="cuda")
+    for _ in range(3):
+        runner.begin_execute()
+        with torch.cuda.stream(stream):
+            (big @ big).sum()  # keeps the stream busy while the shape below is made behind it
+            shape = torch.tensor([3, 4], device="cuda") * torch.ones(2, dtype=torch.int64, device="cuda")
+            x = torch.arange(12.0, device="cuda").reshape(2, 6)
+            y = runner.run({"x": x, "shape": shape}, fresh=True)["y"]
+        stream.synchronize()
+        np.testing.assert_array_equal(y.cpu().numpy(), np.arange(12.0).reshape(3, 4))
+
+
 @pytest.mark.parametrize(
     ("placement", "rows", "on_host"),
     [
@@ -136,16 +168,20 @@ def test_output_placement_costs_one_device_to_host_copy_exactly_when_outputs_go_
         create_session(demo_onnx(), ModelOptions(), where), where, output_placement=placement
     )
     x = torch.randn(rows, 2010, device="cuda")
+
+    def served_run() -> dict[str, torch.Tensor]:  # as ModelInstance runs it: one run per execute
+        runner.begin_execute()
+        return runner.run({"np_script_embeddings": x})
+
     with torch.cuda.stream(stream):
-        runner.run({"np_script_embeddings": x})  # warm-up
-        copies = host_device_copies(lambda: runner.run({"np_script_embeddings": x}))
+        served_run()  # warm-up: makes the signature's plan
+        copies = host_device_copies(served_run)
         binds_before = runner.stats.binds
-        out = runner.run({"np_script_embeddings": x})["np_logits"]
+        out = served_run()["np_logits"]
     stream.synchronize()
     assert copies == (["Memcpy DtoH (Device -> Pinned)"] if on_host else []), copies
     assert (out.device.type, out.is_pinned()) == (("cpu", True) if on_host else ("cuda", False))
-    if on_host:  # its own device buffer: only the input is bound again
-        assert runner.stats.binds == binds_before + 1
+    assert runner.stats.binds == binds_before + 1  # the plan's outputs stay bound: only the input is bound
     want = cpu_reference(demo_onnx(), {"np_script_embeddings": x})["np_logits"]
     np.testing.assert_allclose(out.cpu().numpy(), want, **TF32)
 

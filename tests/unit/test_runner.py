@@ -295,3 +295,24 @@ def test_strings_go_through_the_host_beside_numbers_bound_zero_copy(tmp_path: Pa
     want = session_run(path, {"s": np.array([s.decode() for s in strings], dtype=object), "x": x.numpy()})
     assert list(got["t"]) == list(want["t"])
     np.testing.assert_array_equal(got["y"].numpy(), want["y"])
+
+
+def test_every_run_names_its_cuda_graph_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ORT >= 1.31 looks up gpu_graph_id in a run's options at every run_with_iobinding; a missing key
+    costs an exception inside ORT (30-100 µs), so every RunOptions the runner passes names it."""
+    passed: list[ort.RunOptions | None] = []
+    real = ort.InferenceSession.run_with_iobinding
+
+    def spy(self: ort.InferenceSession, binding: Any, run_options: ort.RunOptions | None = None) -> None:
+        passed.append(run_options)
+        real(self, binding, run_options)
+
+    monkeypatch.setattr(ort.InferenceSession, "run_with_iobinding", spy)
+    session = ort.InferenceSession(str(demo_onnx()), providers=["CPUExecutionProvider"])
+    for runner in (IOBindingRunner(session, CPU), IOBindingRunner(session, CPU, arena_shrinkage="cpu:0")):
+        for _ in range(2):
+            runner.begin_execute()
+            runner.run({"np_script_embeddings": torch.randn(3, 2010)})
+    assert passed[:2] == [None, None]  # no options at all: ORT does not look
+    assert len(passed) == 4 and all(o is not None for o in passed[2:])
+    assert {o.get_run_config_entry("gpu_graph_id") for o in passed[2:] if o is not None} == {"-1"}
