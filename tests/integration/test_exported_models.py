@@ -33,6 +33,10 @@ TWO_LINES = 'backend: "onnxruntime_zerocopy"\nmax_batch_size: 8\n'
 CONCURRENCY = 8
 
 
+NOT_EXPORTED: dict[str, str] = {}
+"""Why an exported model is missing from the served repository, by name."""
+
+
 def _add(repository: Path, name: str, build: Callable[[Path], Path], config: str) -> Path:
     onnx_path = build(repository.parent / "onnx" / f"{name}.onnx")
     version = repository / name / "1"
@@ -46,13 +50,21 @@ def _add(repository: Path, name: str, build: Callable[[Path], Path], config: str
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalTritonServer, dict[str, Path]]]:
     repository = tmp_path_factory.mktemp("exported") / "repository"
     repository.mkdir()
-    # The exporters are dev requirements; a host without them (the GPU test host has no index) serves
-    # the other models, and the tests of these skip.
+    # The exporters are dev requirements; a host without them (the GPU test host has no index), or with
+    # one that cannot import its model (that host's transformers cannot import BertModel), serves the
+    # other models, and the tests of these skip, saying why.
     files: dict[str, Path] = {}
-    if importlib.util.find_spec("skl2onnx") is not None:
-        files["sk_pipe"] = _add(repository, "sk_pipe", exported.sklearn_classifier, TWO_LINES)
-    if importlib.util.find_spec("transformers") is not None:
-        files["bert"] = _add(repository, "bert", exported.bert_encoder, TWO_LINES)
+    for name, exporter, build in (
+        ("sk_pipe", "skl2onnx", exported.sklearn_classifier),
+        ("bert", "transformers", exported.bert_encoder),
+    ):
+        if importlib.util.find_spec(exporter) is None:
+            NOT_EXPORTED[name] = f"{exporter} is not installed here (requirements-dev.txt)"
+            continue
+        try:
+            files[name] = _add(repository, name, build, TWO_LINES)
+        except ImportError as error:
+            NOT_EXPORTED[name] = f"{exporter} is installed but could not export: {str(error).splitlines()[0]}"
     files |= {
         "detector": _add(repository, "detector", graphs.nonzero, 'backend: "onnxruntime_zerocopy"\n'),
         # max_batch_size 0 written out: read as unset, filled with the default, and said so in the log.
@@ -74,7 +86,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalTrit
 def _exported(served: Any, model: str) -> tuple[LocalTritonServer, Path]:
     server, files = served
     if model not in files:
-        pytest.skip(f"{model}: its exporter is not installed here (requirements-dev.txt)")
+        pytest.skip(f"{model}: {NOT_EXPORTED.get(model, 'not built')}")
     return server, files[model]
 
 

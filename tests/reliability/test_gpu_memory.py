@@ -79,14 +79,11 @@ def _stub_gpu_bytes(server_pid: int, model: str) -> int:
     return sum(used.get(pid, 0) for pid, path in stub_processes(server_pid).items() if f"/{model}/" in path)
 
 
-def _device_used_bytes() -> int:
-    reply = subprocess.run(
-        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "--id=0"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return int(reply.split()[0]) * MiB
+def _server_gpu_bytes(server_pid: int) -> int:
+    """GPU memory held by this tritonserver and its stubs: other processes on the GPU (tests run beside
+    this one, other users of the host) are not ours to judge."""
+    used = gpu_memory_by_pid() or {}
+    return sum(used.get(pid, 0) for pid in (server_pid, *stub_processes(server_pid)))
 
 
 def test_soak_keeps_torch_ort_and_process_gpu_memory_flat(tmp_path: Path) -> None:
@@ -183,7 +180,7 @@ def test_reload_under_explicit_model_control_gives_the_gpu_memory_back(tmp_path:
         client.unload_model("demo")
         wait_for(lambda: not stub_processes(pid), 60)
         time.sleep(1)
-        unloaded = [_device_used_bytes()]
+        unloaded = [_server_gpu_bytes(pid)]
         loaded = []
         for _ in range(3):
             client.load_model("demo")
@@ -194,10 +191,14 @@ def test_reload_under_explicit_model_control_gives_the_gpu_memory_back(tmp_path:
             client.unload_model("demo")
             wait_for(lambda: not stub_processes(pid), 60)
             time.sleep(1)
-            unloaded.append(_device_used_bytes())
+            unloaded.append(_server_gpu_bytes(pid))
     measured(
-        f"GPU reloads: device memory after each unload {[u // MiB for u in unloaded]} MiB; "
+        f"GPU reloads: this server's GPU memory after each unload {[u // MiB for u in unloaded]} MiB; "
         f"stub GPU memory while loaded {[b // MiB for b in loaded]} MiB"
+    )
+    # per-process readings that are all 0 would prove nothing: the server and a loaded stub hold contexts
+    assert min(unloaded) > 0 and min(loaded) > 0, (
+        "nvidia-smi reported no GPU memory for this server's processes"
     )
     assert max(unloaded) - unloaded[0] <= GROWTH_LIMIT, "GPU memory not given back after unload"
     assert max(loaded) - min(loaded) <= GROWTH_LIMIT

@@ -13,7 +13,10 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from numpy.typing import NDArray
-from tritonclient.utils import np_to_triton_dtype
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+UNREGISTER_WAIT_S = 5.0
+"""How long a region a request still holds is waited for at exit (see CudaShmIO._unregister)."""
 
 
 class CudaShmIO:
@@ -82,7 +85,21 @@ class CudaShmIO:
     ) -> None:
         for name, handle in self._regions.items():
             try:
-                self.client.unregister_cuda_shared_memory(f"{self._prefix}_{name}")
+                self._unregister(f"{self._prefix}_{name}")
             finally:
                 self._cudashm.destroy_shared_memory_region(handle)
         self._regions.clear()
+
+    def _unregister(self, region: str) -> None:
+        # Triton 2.51 counts a region's users and refuses to unregister one a request still holds ("...
+        # it is currently in use"); the server lets go of a request a moment after its response has
+        # reached the client, so a region used by the last answer can still be held when we get here.
+        deadline = time.monotonic() + UNREGISTER_WAIT_S
+        while True:
+            try:
+                self.client.unregister_cuda_shared_memory(region)
+                return
+            except InferenceServerException as error:
+                if "currently in use" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
