@@ -106,13 +106,10 @@ class ModelInstance:
         placement = (
             Placement("cuda", device_id, self._stream.cuda_stream) if self._stream else Placement("cpu")
         )
-        if self.options.intra_op_num_threads == 0:
-            # Left to itself, every instance's ORT pool takes one thread per core, and the instances of one
-            # model then compete for the same cores. CPU instances share the cores out. A GPU instance's
-            # kernels are launched from the calling thread, so it keeps no pool: the idle pool threads spin
-            # after each run, and on the GPU test host that spinning slowed the stub's own work around
-            # execute() and Triton's (docs/benchmarks.md, "Inside the stub").
-            threads = 1 if gpu else cpu_threads_per_instance(model_config)
+        if not gpu and self.options.intra_op_num_threads == 0:
+            # Left to itself, every CPU instance's ORT pool takes one thread per core, and the instances of
+            # one model then compete for the same cores: share them out instead.
+            threads = cpu_threads_per_instance(model_config)
             self.options = dataclasses.replace(self.options, intra_op_num_threads=threads)
         hooks = Hooks.load(version_dir / self.options.hooks) if self.options.hooks else None
         session = create_session(version_dir / self.options.onnx_file, self.options, placement)

@@ -23,9 +23,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from tests import graphs
 from tests.dlpack_layout import python_backend_accepts
-from tests.paths import MODEL_REPOSITORY, Tolerance, demo_onnx
+from tests.paths import Tolerance, demo_onnx
 from tests.repository import build_test_repository
-from triton_ort import IOBindingRunner, ModelInstance, ModelOptions, Placement, create_session
+from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
 from triton_ort import runner as runner_module
 from triton_ort.copy_counter import cupti_counts_from_log
 from triton_ort.runner import OutputPlacement
@@ -116,18 +116,6 @@ def test_several_dtypes_and_a_data_dependent_shape_on_gpu(tmp_path: Path) -> Non
     stream.synchronize()
     assert indices.device.type == "cuda"
     np.testing.assert_array_equal(indices.cpu().numpy(), cpu_reference(nz_path, {"x": x})["indices"])
-
-
-def test_a_gpu_instance_keeps_no_ort_thread_pool_unless_its_config_asks(tmp_path: Path) -> None:
-    """A GPU session's kernels are launched from the calling thread; an idle pool would only spin."""
-    from google.protobuf import json_format
-
-    demo = read_config(MODEL_REPOSITORY / "demo")
-    config = json_format.MessageToDict(demo, preserving_proto_field_name=True)
-    config.setdefault("parameters", {})["onnx_file"] = {"string_value": str(demo_onnx())}
-    assert ModelInstance(config, tmp_path, "GPU", 0).options.intra_op_num_threads == 1
-    config["parameters"]["intra_op_thread_count"] = {"string_value": "4"}
-    assert ModelInstance(config, tmp_path, "GPU", 0).options.intra_op_num_threads == 4
 
 
 def test_a_run_waits_for_fresh_inputs_only_where_ort_reads_one_on_the_host(tmp_path: Path) -> None:
