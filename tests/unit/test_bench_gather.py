@@ -1,0 +1,30 @@
+"""client.bench_gather, run small: it measures, agrees with itself, and reports what the docs quote."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.paths import ROOT
+
+
+def test_the_gathering_cost_is_measured_with_answers_that_agree(tmp_path: Path) -> None:
+    out = tmp_path / "gather.json"
+    command = [sys.executable, "-m", "client.bench_gather", "--device", "cpu", "--requests", "1", "4"]
+    finished = subprocess.run(
+        [*command, "--calls", "20", "--warmup", "2", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert finished.returncode == 0, finished.stderr
+    report = json.loads(out.read_text())
+    assert report["clock"] == "thread CPU time"
+    assert [r["requests"] for r in report["results"]] == [1, 4]
+    for result in report["results"]:
+        assert result["answers_agree"]
+        assert result["p50_us"]["gathered"] > 0 and result["p50_us"]["one_request"] > 0
+    assert "| 4 | 1 |" in finished.stdout
