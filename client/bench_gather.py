@@ -10,7 +10,7 @@ and one torch thread), which other processes' preemptions do not inflate; on a G
 the instance's one stream sync per execute. The answers of the two ways are compared; a difference
 exits 1.
 
-    python -m client.bench_gather --device cpu --requests 1 4 16 [--json FILE]
+    python -m client.bench_gather --device cpu --requests-per-execute 1 4 16 [--json FILE]
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def main() -> int:
     parser.add_argument(
         "--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu"
     )
-    parser.add_argument("--requests", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--requests-per-execute", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--rows", type=int, default=1, help="rows per request")
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--warmup", type=int, default=100)
@@ -96,7 +96,8 @@ def main() -> int:
             _config(onnx_file), Path(scratch), "GPU" if args.device == "cuda" else "CPU", 0
         )
         results = [
-            measure(instance, args.device, n, args.rows, args.calls, args.warmup) for n in args.requests
+            measure(instance, args.device, n, args.rows, args.calls, args.warmup)
+            for n in args.requests_per_execute
         ]
     report = {
         "host": _host(),

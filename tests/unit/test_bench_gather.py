@@ -12,7 +12,16 @@ from tests.paths import ROOT
 
 def test_the_gathering_cost_is_measured_with_answers_that_agree(tmp_path: Path) -> None:
     out = tmp_path / "gather.json"
-    command = [sys.executable, "-m", "client.bench_gather", "--device", "cpu", "--requests", "1", "4"]
+    command = [
+        sys.executable,
+        "-m",
+        "client.bench_gather",
+        "--device",
+        "cpu",
+        "--requests-per-execute",
+        "1",
+        "4",
+    ]
     finished = subprocess.run(
         [*command, "--calls", "20", "--warmup", "2", "--json", str(out)],
         cwd=ROOT,
