@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from client.bench_hooks import _host, linear_onnx
+from client.bench_hooks import host_info, linear_onnx
 from triton_ort import ModelInstance, Tensors
 
 
@@ -100,11 +100,11 @@ def main() -> int:
             for n in args.requests_per_execute
         ]
     report = {
-        "host": _host(),
+        "host": host_info(),
         "device": args.device,
         "clock": "wall" if args.device == "cuda" else "thread CPU time",
+        "results": results,
     }
-    report["results"] = results
     print(json.dumps(report["host"]))
     print(
         "| requests | rows each | N requests, p50 µs | 1 request of N×rows, p50 µs | per extra request, µs |"

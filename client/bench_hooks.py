@@ -183,7 +183,8 @@ def measure(ways: Ways, device: str, rows: int, calls: int, warmup: int) -> dict
     }
 
 
-def _host() -> dict[str, Any]:
+def host_info() -> dict[str, Any]:
+    """The machine an in-process measurement ran on (bench_hooks, bench_gather)."""
     return {
         "date": date.today().isoformat(),
         "machine": platform.node(),
@@ -228,7 +229,7 @@ def main() -> int:
             results += [measure(ways, args.device, rows, args.calls, args.warmup) for rows in args.rows]
     clock = "wall" if args.device == "cuda" else "thread CPU time"
     report = {
-        "host": _host(),
+        "host": host_info(),
         "device": args.device,
         "clock": clock,
         "target_us": TARGET_US,
