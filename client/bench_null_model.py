@@ -1,11 +1,14 @@
 """The python backend's own floor (benchmark anchor only): read the inputs through DLPack, return zeros.
 
-No ONNX Runtime, no computation: what is left is the cost of Triton, the python-backend stub and the
-client for this model's inputs and outputs. Parameter `null_output` says where the zeros come from:
-'host' (numpy, as a host output travels), 'device' (a torch CUDA tensor through DLPack, as a GPU output
-travels), and, to tell apart what a host output's form costs Triton: 'hostdl' (a torch CPU tensor through
-DLPack) and 'pinned' (a pinned torch CPU tensor through DLPack). `ours - null` for the matching output
-placement is then what our code adds per request.
+No ONNX Runtime, no computation: what is left is the cost of Triton, the python-backend stub and the client
+for this model's inputs and outputs. Parameter `null_output` says where the zeros come from: 'host' (numpy, as
+a host output travels), 'device' (a torch CUDA tensor through DLPack, as a GPU output travels), and, to tell
+apart what a host output's form costs Triton: 'hostdl' (a torch CPU tensor through DLPack) and 'pinned' (a
+pinned torch CPU tensor through DLPack). 'kernel' returns numpy zeros as 'host' does, after one small kernel
+on each request's input on the GPU and one synchronize per execute (as ours synchronises once): the python
+backend's floor for any model that computes on the GPU in the stub; 'kernel_local' the same with the kernel on
+a tensor of the stub's own, not on the input (which the stub maps from the client's CUDA-shm region for each
+request). `ours - null` for the matching output placement is then what our code adds per request.
 """
 
 import json
@@ -28,15 +31,23 @@ class TritonPythonModel:
             for out in config["output"]
         ]
         self.device = torch.device(f"cuda:{args['model_instance_device_id']}")
+        self.scratch = torch.zeros(8, device=self.device) if self.mode == "kernel_local" else None
 
     def execute(self, requests):
+        inputs = [[torch.from_dlpack(t.to_dlpack()) for t in request.inputs()] for request in requests]
+        if self.mode == "kernel":  # one small kernel per request on its input, where it lies (the GPU)
+            for tensors in inputs:
+                tensors[0][:1].sum()
+        elif self.scratch is not None:
+            self.scratch.add_(1)  # one kernel on the stub's own memory
+        if self.mode.startswith("kernel") and torch.cuda.is_available():
+            torch.cuda.current_stream(self.device).synchronize()  # once per execute, as ours does
         responses = []
-        for request in requests:
-            inputs = [torch.from_dlpack(t.to_dlpack()) for t in request.inputs()]
-            rows = inputs[0].shape[0]
+        for tensors_in in inputs:
+            rows = tensors_in[0].shape[0]
             tensors = []
             for name, dtype, dims in self.outputs:
-                if self.mode == "host":
+                if self.mode in ("host", "kernel", "kernel_local"):
                     tensors.append(pb_utils.Tensor(name, np.zeros([rows, *dims], dtype=dtype)))
                     continue
                 torch_dtype = torch.from_numpy(np.empty(0, dtype)).dtype

@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ZERO_COPY_MODEL_PY = ROOT / "model_repository" / "demo" / "1" / "model.py"
 NAIVE_MODEL_PY = ROOT / "client" / "bench_naive_model.py"
 NULL_MODEL_PY = ROOT / "client" / "bench_null_model.py"
+PLAIN_MODEL_PY = ROOT / "client" / "bench_plain_model.py"
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,19 @@ def bench_variants(name: str) -> dict[str, Serving]:
         # What a host output's form costs Triton (client.profile_stub): torch CPU, pinned, via DLPack.
         f"{name}_null_hostdl": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "hostdl"),)),
         f"{name}_null_pinned": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "pinned"),)),
+        # What merely using the GPU in the stub costs around execute() (client.ab).
+        f"{name}_null_kernel": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "kernel"),)),
+        f"{name}_null_kernel_local": Serving(
+            NULL_MODEL_PY, instances, delay, (("null_output", "kernel_local"),)
+        ),
+        # The simplest zero-copy model.py, and each of our library's choices switched on in it alone.
+        f"{name}_plain": Serving(PLAIN_MODEL_PY, instances, delay),
+        f"{name}_plain_own": Serving(PLAIN_MODEL_PY, instances, delay, (("stream", "own"),)),
+        f"{name}_plain_nosync": Serving(PLAIN_MODEL_PY, instances, delay, (("ort_sync", "off"),)),
+        f"{name}_plain_pinned": Serving(PLAIN_MODEL_PY, instances, delay, (("output", "pinned"),)),
+        f"{name}_plain_all": Serving(
+            PLAIN_MODEL_PY, instances, delay, (("stream", "own"), ("ort_sync", "off"), ("output", "pinned"))
+        ),
     }
     for count, queue_delay in SWEEP:
         variants[f"{name}_i{count}_d{queue_delay}"] = Serving(ZERO_COPY_MODEL_PY, count, queue_delay)

@@ -1,0 +1,203 @@
+"""Served variants of a model, measured interleaved in one server: which choice costs what, beyond noise.
+
+    python -m client.ab --model demo --variants "" _naive _null_host _null_kernel _plain --rounds 3
+    python -m client.ab --model demo --idle-probe          # in-process only: what an idle gap costs a run
+
+`client.bench` measures each anchor once, one after the other, so a drift of the machine between two
+anchors reads as a difference between them. Here every round measures every variant (in a rotated order),
+and a variant's figure is the median of its rounds, with their spread beside it: a difference smaller
+than the spread is noise. The variants are the benchmark repository's (scripts/build_models.py --bench).
+
+Per variant: p50 at each concurrency, requests per second, Triton's stages (µs per request) and the
+requests an execute gathered. With --idle-probe, in-process runs of the same ONNX file: back to back,
+after a 1 ms sleep, and after 1 ms of busy waiting (the CPU kept awake, the GPU idle), with the GPU's own
+time for the run from CUDA events, which tells whether an idle gap costs on the CPU side or the GPU's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import tritonclient.grpc as grpcclient
+
+from client.bench import BATCH, _sync_load, aligned, environment, serving, transport_for_ours
+from client.load import Workload, load_in_processes, request_workers
+from triton_ort.testing.reference import compare
+from triton_ort.testing.server import exit_on_termination
+from triton_ort.testing.transport import STAGES, ModelStatistics
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def measure(
+    url: str, served: str, work: Workload, concurrency: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """One point: p50, rate, Triton's stages and requests per execute over `args.seconds`."""
+    client = grpcclient.InferenceServerClient(url)
+    transport = transport_for_ours()
+    with request_workers(client, served, transport, work, 1) as (workers, ask):
+        if "_null_" in served:  # zeros: nothing to check
+            ask()
+        elif problems := compare(ask(), work.reference, rtol=2e-3, atol=2e-3):
+            raise SystemExit(f"{served}: WRONG ANSWER: {problems}")
+        before = ModelStatistics.read(client, served)
+        if concurrency == 1:
+            timing = argparse.Namespace(warmup=args.warmup, duration=args.seconds, min_requests=20)
+            latencies, wall = _sync_load(client, served, workers[0], timing)
+            rate = len(latencies) / wall
+    if concurrency > 1:
+        latencies, rate = load_in_processes(
+            url, served, transport, work, concurrency, args.client_processes, (args.warmup, args.seconds)
+        )
+    after = ModelStatistics.read(client, served)
+    executes = after.executions - before.executions
+    return {
+        "p50_us": float(np.percentile(np.array(latencies) * 1e6, 50)),
+        "requests_per_s": rate,
+        "stages_us": after.stage_us(before),
+        "requests_per_execute": (after.requests - before.requests) / max(executes, 1),
+    }
+
+
+def run_rounds(args: argparse.Namespace) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """{served: {concurrency: [one point per round]}}, rounds interleaved, the order rotated each round."""
+    served = [args.model + variant for variant in args.variants]
+    work = Workload.build(args.model, args.repository, BATCH[args.model])
+    points: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in served}
+    with serving(args.repository, served) as server:
+        for round_ in range(args.rounds):
+            order = served[round_ % len(served) :] + served[: round_ % len(served)]
+            for name in order:
+                for concurrency in args.concurrency:
+                    point = measure(server.grpc_url, name, work, concurrency, args)
+                    points[name].setdefault(str(concurrency), []).append(point)
+                    print(
+                        f"round {round_ + 1} {name} c={concurrency}: p50 {point['p50_us']:.0f} us, "
+                        f"{point['requests_per_s']:.0f} req/s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+    return points
+
+
+def summary(points: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
+    header = ["served", "c", "p50 us (median)", "p50 spread", "req/s (median)", *STAGES, "req/exec"]
+    rows = []
+    for name, by_concurrency in points.items():
+        for concurrency, rounds in by_concurrency.items():
+            p50s = [r["p50_us"] for r in rounds]
+            rates = [r["requests_per_s"] for r in rounds]
+            stages = [statistics.mean(r["stages_us"][s] for r in rounds) for s in STAGES]
+            per_execute = statistics.mean(r["requests_per_execute"] for r in rounds)
+            rows.append(
+                [
+                    name,
+                    concurrency,
+                    f"{statistics.median(p50s):.0f}",
+                    f"{min(p50s):.0f}-{max(p50s):.0f}",
+                    f"{statistics.median(rates):.0f}",
+                    *(f"{s:.0f}" for s in stages),
+                    f"{per_execute:.1f}",
+                ]
+            )
+    return aligned(header, rows, numbers=range(1, len(header)))
+
+
+def idle_probe(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """In-process runs of the model (our runner, its plan reused, as served) after each kind of gap: p50
+    of the wall time (host clock, stream synchronised) and of the GPU's time (CUDA events on the stream)."""
+    from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
+
+    onnx_path = args.repository / args.model / "1" / "model.onnx"
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    placement = Placement("cuda", 0, stream.cuda_stream)
+    runner = IOBindingRunner(create_session(onnx_path, ModelOptions(), placement), placement)
+    spec = runner.inputs[0]
+    inner = [int(d) for d in spec.shape[1:] if d is not None]
+    x = torch.randn(BATCH[args.model], *inner, device=runner.device)
+    start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
+    def spin(seconds: float) -> None:
+        until = time.perf_counter() + seconds
+        while time.perf_counter() < until:
+            pass
+
+    gaps = {"back-to-back": None, "1ms-sleep": lambda: time.sleep(1e-3), "1ms-spin": lambda: spin(1e-3)}
+    results = {}
+    with torch.cuda.stream(stream):
+        for name, gap in gaps.items():
+            walls: list[float] = []
+            gpus: list[float] = []
+            until = time.perf_counter() + args.seconds
+            while time.perf_counter() < until or len(walls) < 50:
+                if gap:
+                    gap()
+                t0 = time.perf_counter()
+                runner.begin_execute()
+                start.record(stream)
+                runner.run({spec.name: x})
+                end.record(stream)
+                stream.synchronize()
+                walls.append(time.perf_counter() - t0)
+                gpus.append(start.elapsed_time(end) * 1e-3)
+            results[name] = {
+                "wall_p50_us": float(np.median(walls) * 1e6),
+                "gpu_p50_us": float(np.median(gpus) * 1e6),
+                "runs": len(walls),
+            }
+    return results
+
+
+def main() -> None:
+    exit_on_termination()  # a stopped probe still stops the server it started
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default="demo", choices=sorted(BATCH))
+    parser.add_argument(
+        "--variants", nargs="+", default=["", "_naive", "_null_host", "_null_kernel", "_plain"]
+    )
+    parser.add_argument("--repository", type=Path, default=ROOT / "bench_repository")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1])
+    parser.add_argument("--client-processes", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=2.0, help="measured seconds per point")
+    parser.add_argument("--warmup", type=float, default=0.3)
+    parser.add_argument("--idle-probe", action="store_true", help="instead: in-process runs after idle gaps")
+    parser.add_argument("--label", default="", help="a word for the JSON (e.g. the server's setting)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    report: dict[str, Any] = {
+        "environment": environment(),
+        "command": " ".join(["python -m client.ab", *sys.argv[1:]]),
+        "label": args.label,
+    }
+    if args.idle_probe:
+        report["idle_probe"] = idle_probe(args)
+        text = "\n".join(
+            f"{gap}: wall {r['wall_p50_us']:.0f} us, GPU {r['gpu_p50_us']:.0f} us ({r['runs']} runs)"
+            for gap, r in report["idle_probe"].items()
+        )
+    else:
+        report["points"] = run_rounds(args)
+        text = summary(report["points"])
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            args.json.write_text(json.dumps(report, indent=1))
+    print(f"{args.label} {args.model}".strip())
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
