@@ -12,6 +12,8 @@ STACK ?= $(if $(HAS_GPU),cuda,cpu)
 # The benchmark's models: the 4096-wide MLP is compute-bound on a GPU; on a CPU the 1024-wide one is mid-size.
 BENCH_MODELS ?= $(if $(HAS_GPU),demo mlp4096,demo mlp1024)
 BENCH_NAME ?= $(if $(HAS_GPU),gpu,cpu)
+# Where the host has CUDA MPS, the benchmark also measures the anchors under it.
+BENCH_MPS ?= $(if $(HAS_GPU),$(if $(shell command -v nvidia-cuda-mps-control 2>/dev/null),--mps))
 # Where the CPU stack's torch (2.13.0+cpu) comes from when no local wheel has it: PyTorch's CPU index.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
@@ -96,15 +98,15 @@ GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 
 .PHONY: serve
-serve: models ## run the local tritonserver in the foreground on $(MODEL_REPOSITORY) (HTTP_PORT/GRPC_PORT/METRICS_PORT, default 8000/8001/8002)
+serve: models ## run the local tritonserver in the foreground on $(MODEL_REPOSITORY) (HTTP_PORT/GRPC_PORT/METRICS_PORT, default 8000/8001/8002; MPS=1: under CUDA MPS)
 	$(PYTHON) -m triton_ort.testing.server --model-repository $(MODEL_REPOSITORY) \
-		--http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+		--http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) $(if $(filter 1,$(MPS)),--mps)
 
 .PHONY: bench
 bench: $(VENV_STAMP) ## benchmark ours against the floor, naive and PyTriton anchors (results/, plot)
 	rm -rf bench_repository
 	$(PYTHON) scripts/build_models.py --bench --out bench_repository --models $(BENCH_MODELS)
-	$(PYTHON) -m client.bench --models $(BENCH_MODELS) --profile --out results/bench-$(BENCH_NAME).json
+	$(PYTHON) -m client.bench --models $(BENCH_MODELS) --profile $(BENCH_MPS) --out results/bench-$(BENCH_NAME).json
 	$(PYTHON) -m client.bench_plot results/bench-$(BENCH_NAME).json results/bench-$(BENCH_NAME).png
 
 .PHONY: profile

@@ -19,6 +19,10 @@
 #   TRITON_HTTP_PORT, TRITON_GRPC_PORT, TRITON_METRICS_PORT   8000, 8001, 8002 (e.g. with host networking)
 #   TRITON_EXIT_TIMEOUT_S            30               on SIGTERM, how long in-flight requests may finish
 #                                                     (compose's stop_grace_period must be longer)
+#   TRITON_ORT_MPS                   0                1: tritonserver and its stubs run as clients of a CUDA
+#                                                     MPS daemon of this container's own (one GPU context
+#                                                     instead of one per process: docs/benchmarks.md, MPS).
+#                                                     Not where the node already shares its GPUs through MPS.
 #
 # LD_LIBRARY_PATH: Triton's ORT backend folder (ORT 1.16.3's provider libraries) is taken off it before
 # tritonserver starts, so the stub's onnxruntime-gpu loads its own providers (docker/library-path.sh).
@@ -93,6 +97,29 @@ if (( gpu_count > 0 )); then
     echo "entrypoint: $gpu_count GPU(s); CUDA memory pool $cuda_pool bytes each"
 else
     echo "entrypoint: no GPU in this container; serving on the CPU"
+fi
+
+if [[ "${TRITON_ORT_MPS:-0}" == 1 ]]; then
+    if (( gpu_count == 0 )); then
+        echo "entrypoint: TRITON_ORT_MPS=1, but this container has no GPU (MPS shares a GPU)" >&2
+        exit 2
+    fi
+    if ! command -v nvidia-cuda-mps-control >/dev/null; then
+        echo "entrypoint: TRITON_ORT_MPS=1 needs nvidia-cuda-mps-control, which the NVIDIA container" \
+            "toolkit mounts with the utility capability (NVIDIA_DRIVER_CAPABILITIES=compute,utility)" >&2
+        exit 2
+    fi
+    # In /tmp (a tmpfs under compose and Kubernetes): the daemon's sockets, and no other daemon's.
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps CUDA_MPS_LOG_DIRECTORY=/tmp/nvidia-mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    nvidia-cuda-mps-control -d
+    # -d returns once it has forked: wait until the daemon answers, so that tritonserver's first CUDA
+    # call finds it (a CUDA process that finds no daemon runs without MPS, silently).
+    for _ in $(seq 100); do
+        echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    echo "entrypoint: CUDA MPS daemon started (pipes in $CUDA_MPS_PIPE_DIRECTORY)"
 fi
 
 exec tritonserver "${args[@]}" "$@"

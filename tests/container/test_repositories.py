@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.container.conftest import GRPC_URL, HTTP_URL, Compose, docker, inspect
+from tests.container.conftest import GRPC_URL, HTTP_URL, IMAGES, Compose, docker, inspect
 
 TWO_LINES = 'backend: "onnxruntime_zerocopy"\nmax_batch_size: 8\n'
 
@@ -107,3 +107,10 @@ def test_broken_repository_fails_with_the_models_own_error_first(mounted: tuple[
         if "Failed to create instance" in line or "failed to load" in line
     ]
     assert generic and generic[0] > 0, about_model[:6]
+
+
+def test_mps_without_a_gpu_is_refused_with_the_reason() -> None:
+    """TRITON_ORT_MPS=1 on a host without a GPU: the entrypoint says why and exits before tritonserver."""
+    result = docker("run", "--rm", "--network", "host", "-e", "TRITON_ORT_MPS=1", IMAGES[0], check=False)
+    assert result.returncode == 2, result.stdout[-1500:] + result.stderr[-1500:]
+    assert "TRITON_ORT_MPS=1, but this container has no GPU" in result.stderr, result.stderr[-1500:]

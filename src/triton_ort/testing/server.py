@@ -55,6 +55,7 @@ from tritonclient.utils import InferenceServerException
 
 from triton_ort.backend import BACKEND_NAME
 from triton_ort.backend import install as install_zerocopy_backend
+from triton_ort.testing.mps import MpsDaemon, MpsError, remove_orphaned_daemons
 from triton_ort.testing.processes import alive
 from triton_ort.testing.repository import read_config
 
@@ -127,6 +128,7 @@ def remove_orphaned_workdirs() -> None:
             ours = folder.stat().st_uid == os.getuid()
             if ours and pid_text.isdigit() and not alive(int(pid_text)):
                 shutil.rmtree(folder)
+    remove_orphaned_daemons(alive)  # an MPS daemon (--mps) outlives a launcher killed by SIGKILL
 
 
 def _grpc_ready(url: str, health: str = "ready") -> bool:
@@ -401,7 +403,11 @@ class LocalTritonServer:
     log_file: Path | None = None
     """Where the server log goes and stays; by default in the work folder, removed at stop (kept and
     named when the start fails)."""
+    mps: bool = False
+    """Serve as clients of a CUDA MPS daemon of this server's own (triton_ort.testing.mps), started before
+    tritonserver and quit after it: the server's and the stubs' GPU work then shares one context."""
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    _mps: MpsDaemon | None = field(default=None, init=False)
     _workdir: Path | None = field(default=None, init=False)
     _log_path: Path | None = field(default=None, init=False)
     _final_log: str | None = field(default=None, init=False, repr=False)
@@ -419,6 +425,11 @@ class LocalTritonServer:
     @property
     def grpc_url(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def mps_daemon(self) -> MpsDaemon | None:
+        """The MPS daemon this server's processes are clients of (mps=True), while it runs."""
+        return self._mps
 
     @property
     def log_path(self) -> Path:
@@ -453,7 +464,7 @@ class LocalTritonServer:
         return backend.parent
 
     def _environment(self, libs: Path) -> dict[str, str]:
-        env = {**os.environ, **self.env}
+        env = {**os.environ, **self.env, **(self._mps.env if self._mps else {})}
         library_dirs = [sysconfig.get_config_var("LIBDIR") or "", str(libs), env.get("LD_LIBRARY_PATH", "")]
         env["LD_LIBRARY_PATH"] = ":".join(d for d in library_dirs if d)
         # The stub's embedded interpreter finds its packages through the first python3 on PATH.
@@ -549,6 +560,12 @@ class LocalTritonServer:
             self._workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}_"))
             self._log_path = self.log_file or self._workdir / "tritonserver.log"
             backend_dir = self._prepare_backend(dist)
+            if self.mps:
+                self._mps = MpsDaemon()
+                try:
+                    self._mps.start()
+                except MpsError as error:
+                    raise ServerStartError(f"--mps: {error}") from error
             command = self.command(dist, backend_dir)
             if sys.platform.startswith("linux"):
                 command = [
@@ -654,6 +671,9 @@ class LocalTritonServer:
             if self._workdir is not None:  # first stop after this start: stubs share the server's group
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self.process.pid, signal.SIGKILL)
+        if self._mps is not None:  # after its clients, the server and the stubs, have gone
+            self._mps.stop()
+            self._mps = None
         self._clean_up()
         return self.process.returncode if self.process is not None else None
 
@@ -750,6 +770,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         metavar="SECONDS",
         help=f"how long loading the models may take (environment: {STARTUP_TIMEOUT_ENV})",
     )
+    parser.add_argument(
+        "--mps",
+        action="store_true",
+        help="run the server and its stubs as clients of a CUDA MPS daemon of their own (GPU hosts; "
+        "docs/benchmarks.md: what it saves)",
+    )
     parser.add_argument("extra", nargs="*", help="more tritonserver arguments, after --")
     return parser
 
@@ -785,6 +811,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         startup_timeout_s=args.startup_timeout,
         log_verbose=args.log_verbose,
         log_file=args.log_file,
+        mps=args.mps,
     )
     for signum in STOP_SIGNALS:
         signal.signal(signum, _request_stop)
