@@ -375,8 +375,9 @@ def bench_model(model: str, server_url: str, repository: Path, args: argparse.Na
 
     for concurrency in args.concurrency:
         results.append(run(model, "ours", transport, concurrency))
-    nulls = ["host", "device"] if gpu else ["host"]
-    for placement in nulls:  # the transport floor: zeros, from the host or from the device
+    # the transport floor: zeros from the host or the device; on a GPU also after one kernel there
+    nulls = ["host", "device", "kernel"] if gpu else ["host"]
+    for placement in nulls:
         for concurrency in (1, top):
             results.append(
                 run(f"{model}_null_{placement}", f"null-{placement}", transport, concurrency, False)
@@ -384,8 +385,12 @@ def bench_model(model: str, server_url: str, repository: Path, args: argparse.Na
     if gpu:
         for placement in ("host", "device"):
             results.append(run(f"{model}_{placement}", f"ours-{placement}", transport, 1))
+        for concurrency in (1, top):
+            results.append(run(f"{model}_plain", "plain", transport, concurrency))
         results.append(run(model, "ours", "numpy", 1))
         results += measure_cuda_graphs(model, repository, work, args)
+        if args.mps:
+            results += measure_mps(model, repository, work, args)
     for concurrency in (1, top):
         results.append(run(f"{model}_naive", "naive", transport, concurrency))
     if not args.skip_pytriton:
@@ -422,6 +427,41 @@ def measure_cuda_graphs(
                 )
     except Exception as error:  # reported, and the rest of the run goes on
         _note(f"{model}: CUDA graphs could not be measured: {str(error)[-2000:]}")
+    return results
+
+
+MPS_ANCHORS = {
+    "": "ours-mps",
+    "_naive": "naive-mps",
+    "_null_host": "null-host-mps",
+    "_null_kernel": "null-kernel-mps",
+}
+
+
+def measure_mps(model: str, repository: Path, work: Workload, args: argparse.Namespace) -> list[Measurement]:
+    """Ours, naive and the null models again, with the server and its stubs as clients of one CUDA MPS
+    server (LocalTritonServer(mps=True)); the load-generating client stays outside MPS, as a user's does."""
+    results = []
+    top = max(args.concurrency)
+    try:
+        with serving(repository, [model + suffix for suffix in MPS_ANCHORS], mps=True) as server:
+            for suffix, anchor in MPS_ANCHORS.items():
+                for concurrency in (1, top) if suffix != "_null_kernel" else (1,):
+                    results.append(
+                        measure_server(
+                            server.grpc_url,
+                            model,
+                            model + suffix,
+                            anchor,
+                            "cuda-shm",
+                            concurrency,
+                            work,
+                            args,
+                            check="_null_" not in suffix,
+                        )
+                    )
+    except Exception as error:  # reported, and the rest of the run goes on
+        _note(f"{model}: MPS could not be measured: {str(error)[-2000:]}")
     return results
 
 
@@ -516,6 +556,24 @@ def ratio_table(results: list[Measurement], placements: dict[str, str]) -> str:
             ),
             ("pytriton p50 / ours p50 (c=1)", py, ours, "p50_us"),
             (f"ours / pytriton throughput (c={top})", ours_top, py_top, "requests_per_s"),
+            ("ours p50 / plain zero-copy model.py p50 (c=1)", ours, get("plain"), "p50_us"),
+            (f"ours / plain throughput (c={top})", ours_top, get("plain", top), "requests_per_s"),
+            # the python backend's floor for any model that computes on the GPU in the stub
+            ("null-kernel p50 / naive p50 (c=1)", get("null-kernel"), get("naive"), "p50_us"),
+            ("under MPS: ours p50 / ours p50 without (c=1)", get("ours-mps"), ours, "p50_us"),
+            (
+                f"under MPS: ours / ours without throughput (c={top})",
+                get("ours-mps", top),
+                ours_top,
+                "requests_per_s",
+            ),
+            ("under MPS: ours p50 / naive p50 (c=1)", get("ours-mps"), get("naive-mps"), "p50_us"),
+            (
+                f"under MPS: ours / null-host throughput (c={top})",
+                get("ours-mps", top),
+                get("null-host-mps", top),
+                "requests_per_s",
+            ),
         ]
         rows = [(label, f"{getattr(a, k) / getattr(b, k):.2f}x") for label, a, b, k in quotients if a and b]
         placement = placements.get(model, "host")
@@ -633,6 +691,9 @@ def main() -> None:
         "--profile", action="store_true", help="also time our code per execute (debug server)"
     )
     parser.add_argument(
+        "--mps", action="store_true", help="also measure ours, naive and the null models under CUDA MPS"
+    )
+    parser.add_argument(
         "--sweep", action="store_true", help="instead: instance count x queue delay for each model"
     )
     parser.add_argument(
@@ -688,7 +749,8 @@ def main() -> None:
 
 def _served_names(models: list[str]) -> list[str]:
     gpu = torch.cuda.is_available()
-    suffixes = ["", "_naive", "_null_host", *(["_null_device", "_host", "_device"] if gpu else [])]
+    gpu_only = ["_null_device", "_null_kernel", "_plain", "_host", "_device"]
+    suffixes = ["", "_naive", "_null_host", *(gpu_only if gpu else [])]
     return [model + suffix for model in models for suffix in suffixes]
 
 

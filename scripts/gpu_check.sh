@@ -32,7 +32,8 @@ status=0
 if [ "$MODE" = bench ]; then
   "$PYTHON" -m client.smoke --local 2>&1 | tee "$OUT/smoke.log" || status=1
   "$PYTHON" scripts/build_models.py --bench --out bench_repository --models ${*:-demo mlp4096} > /dev/null || exit 1
-  "$PYTHON" -m client.bench --models ${*:-demo mlp4096} --profile --out "$OUT/bench-gpu.json" \
+  mps=$(command -v nvidia-cuda-mps-control >/dev/null && echo --mps)
+  "$PYTHON" -m client.bench --models ${*:-demo mlp4096} --profile $mps --out "$OUT/bench-gpu.json" \
     2>"$OUT/bench-progress.log" | tee "$OUT/bench.log" || status=1
   exit $status
 fi
