@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -59,12 +58,6 @@ def _on_stream(stream: torch.cuda.Stream) -> Iterator[None]:
         yield
 
 
-def cpu_threads_per_instance(model_config: Mapping[str, Any]) -> int:
-    """This process's cores divided among the model's instances (at least one thread each)."""
-    instances = sum(int(group.get("count", 1)) for group in model_config.get("instance_group", [])) or 1
-    return max(1, len(os.sched_getaffinity(0)) // instances)
-
-
 def check_warmup_batch_sizes(batch_sizes: Sequence[int], max_batch_size: int) -> None:
     """The `warmup` parameter's batch sizes must be ones Triton could send this model."""
     if max_batch_size > 0:
@@ -106,11 +99,13 @@ class ModelInstance:
         placement = (
             Placement("cuda", device_id, self._stream.cuda_stream) if self._stream else Placement("cpu")
         )
-        if not gpu and self.options.intra_op_num_threads == 0:
-            # Left to itself, every CPU instance's ORT pool takes one thread per core, and the instances of
-            # one model then compete for the same cores: share them out instead.
-            threads = cpu_threads_per_instance(model_config)
-            self.options = dataclasses.replace(self.options, intra_op_num_threads=threads)
+        if not gpu and self.options.allow_spinning is None:
+            # Every CPU instance's ORT pool has a thread per core (ORT's default), so a lone request uses
+            # them all; but pool threads that spin after each run take those cores from the other
+            # instances and from the server's own threads. Without spinning the pools share the cores
+            # (measured, 2-core machine, demo: c=1 3655 -> 2678 µs, c=16 the same 504 req/s as one thread
+            # per instance; docs/benchmarks.md).
+            self.options = dataclasses.replace(self.options, allow_spinning=False)
         hooks = Hooks.load(version_dir / self.options.hooks) if self.options.hooks else None
         session = create_session(version_dir / self.options.onnx_file, self.options, placement)
         output_placement = OutputPlacement(self.options.output_placement, self.options.host_output_max_bytes)

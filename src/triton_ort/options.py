@@ -89,6 +89,9 @@ class ModelOptions:
     enable_mem_pattern: bool | None = None
     """ORT's memory pattern planning; None leaves ORT's default (on)."""
     use_device_allocator_for_initializers: bool | None = None
+    allow_spinning: bool | None = None
+    """ORT's session.intra_op.allow_spinning (idle pool threads spin for more work); None: off on CPU
+    instances (ModelInstance), ORT's default (on) elsewhere."""
     arena_shrinkage: str = ""
     """Run option memory.enable_memory_arena_shrinkage on every run, e.g. "cpu:0;gpu:0"; empty: none."""
     cuda_options: Mapping[str, str] = field(default_factory=dict)
@@ -237,6 +240,7 @@ _PARAMETERS: dict[str, _Parameter] = {
     "session.use_device_allocator_for_initializers": _Parameter(
         "use_device_allocator_for_initializers", _parse_bool
     ),
+    "session.intra_op.allow_spinning": _Parameter("allow_spinning", _parse_bool, native=False),
     # Ours: what the native backend has no word for.
     "onnx_file": _Parameter("onnx_file", _parse_path, native=False),
     "hooks": _Parameter("hooks", _parse_hooks_path, native=False),

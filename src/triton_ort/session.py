@@ -96,6 +96,10 @@ def _session_options(options: ModelOptions) -> ort.SessionOptions:
             "session.use_device_allocator_for_initializers",
             "1" if options.use_device_allocator_for_initializers else "0",
         )
+    if options.allow_spinning is not None:
+        session_options.add_session_config_entry(
+            "session.intra_op.allow_spinning", "1" if options.allow_spinning else "0"
+        )
     return session_options
 
 

@@ -1,9 +1,6 @@
-import os
-
 import pytest
 
 from triton_ort import ConfigError, ModelOptions, parse_options
-from triton_ort.instance import cpu_threads_per_instance
 from triton_ort.options import parameters_from_model_config
 
 
@@ -58,10 +55,7 @@ def test_parameters_come_from_triton_json() -> None:
     assert parameters_from_model_config({}) == {}
 
 
-def test_cpu_instances_share_the_cores() -> None:
-    cores = len(os.sched_getaffinity(0))
-    two = {"instance_group": [{"kind": "KIND_AUTO", "count": 2}]}
-    assert cpu_threads_per_instance(two) == max(1, cores // 2)
-    assert cpu_threads_per_instance({}) == cores
-    many = {"instance_group": [{"count": 4 * cores}]}
-    assert cpu_threads_per_instance(many) == 1
+def test_spinning_is_a_session_option() -> None:
+    parameters = {"session.intra_op.allow_spinning": "true"}
+    assert parse_options(parameters).allow_spinning is True
+    assert ModelOptions().allow_spinning is None  # ModelInstance: off on CPU instances, ORT's elsewhere

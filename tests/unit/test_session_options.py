@@ -93,3 +93,14 @@ def test_tensorrt_diagnosis_names_the_missing_provider_and_the_fallback_knob() -
     assert "has no TensorrtExecutionProvider" in message
     assert "this onnxruntime build has no TensorRT provider" in message
     assert 'allow_cuda_fallback: "true"' in message
+
+
+def test_spinning_is_set_only_where_asked() -> None:
+    assert (
+        _session_options(ModelOptions(allow_spinning=False)).get_session_config_entry(
+            "session.intra_op.allow_spinning"
+        )
+        == "0"
+    )
+    with pytest.raises(RuntimeError, match="does not have configuration"):  # unset: ORT's own default
+        _session_options(ModelOptions()).get_session_config_entry("session.intra_op.allow_spinning")
