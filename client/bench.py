@@ -82,6 +82,7 @@ class Measurement:
         )
 
 
+_STARTED = time.perf_counter()
 _progress_bar: list[tqdm[Any]] = []  # the run's one progress line, made by the first measurement
 
 
@@ -90,7 +91,8 @@ def _progress(text: str) -> None:
     plain line per measurement instead (a log or CI then shows the run moving, minutes per model, with no
     terminal codes in it), and stdout keeps the tables only."""
     if tqdm is None or not sys.stderr.isatty():
-        print(f"measuring {text}", file=sys.stderr, flush=True)
+        # the seconds since start: a host's log then shows which part of a run took the time
+        print(f"{time.perf_counter() - _STARTED:6.0f} s  measuring {text}", file=sys.stderr, flush=True)
         return
     if not _progress_bar:
         _progress_bar.append(
