@@ -50,23 +50,26 @@ declare -A ARGS=(
 if [ "$MODE" = tiers ]; then TIERS=(gpu integration unit); else TIERS=(reliability); fi
 
 declare -A PIDS SECONDS_OF
+# JUnit XML and timings beside $OUT, not in it: a device call brings back only a handful of files.
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
 started=$(date +%s)
 for tier in "${TIERS[@]}"; do
-  rm -f "$OUT/junit-$tier.xml"
+  rm -f "$WORK/junit-$tier.xml"
   (
     t0=$(date +%s)
     # shellcheck disable=SC2086  # ARGS holds several words on purpose
-    "$PYTHON" -m pytest -rfEs -p no:cacheprovider --junitxml="$OUT/junit-$tier.xml" ${ARGS[$tier]} \
+    "$PYTHON" -m pytest -rfEs -p no:cacheprovider --junitxml="$WORK/junit-$tier.xml" ${ARGS[$tier]} \
       > "$OUT/pytest-$tier.log" 2>&1
     rc=$?
-    echo "$(( $(date +%s) - t0 )) $rc" > "$OUT/seconds-$tier.txt"
+    echo "$(( $(date +%s) - t0 )) $rc" > "$WORK/seconds-$tier.txt"
     exit $rc
   ) &
   PIDS[$tier]=$!
 done
 for tier in "${TIERS[@]}"; do
   wait "${PIDS[$tier]}" || status=1
-  SECONDS_OF[$tier]=$(cat "$OUT/seconds-$tier.txt" 2>/dev/null || echo "? ?")
+  SECONDS_OF[$tier]=$(cat "$WORK/seconds-$tier.txt" 2>/dev/null || echo "? ?")
 done
 
 # The table from each tier's JUnit XML; a tier without one (killed, or pytest could not start) says so.
@@ -74,7 +77,7 @@ summary="$OUT/summary-$MODE.txt"
 {
   echo "gpu_check $MODE: $(head -1 "$OUT/gpu-info-$MODE.txt"), $(( $(date +%s) - started )) s in all"
   sed -n '2,3p' "$OUT/gpu-info-$MODE.txt"
-  for tier in "${TIERS[@]}"; do echo "$tier ${SECONDS_OF[$tier]} $OUT/junit-$tier.xml"; done \
+  for tier in "${TIERS[@]}"; do echo "$tier ${SECONDS_OF[$tier]} $WORK/junit-$tier.xml"; done \
     | "$PYTHON" -c '
 import sys, xml.etree.ElementTree as ET
 rows = []
