@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,10 +65,10 @@ def test_output_has_no_terminal_codes_when_not_a_terminal(
     result, _ = bench_run
     assert "\x1b" not in result.stdout + result.stderr
     assert "\r" not in result.stdout + result.stderr  # no progress line either
-    # but progress as plain lines on stderr, one per measurement: a log shows the run moving
-    assert any(line.startswith("measuring demo") for line in result.stderr.splitlines()), result.stderr[
-        -2000:
-    ]
+    # but progress as plain lines on stderr, one per measurement with the seconds since start: a log
+    # shows the run moving, and where its time went
+    progress = re.compile(r"^ *\d+ s  measuring demo ")
+    assert any(progress.match(line) for line in result.stderr.splitlines()), result.stderr[-2000:]
     assert "measuring" not in result.stdout
 
 
