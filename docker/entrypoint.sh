@@ -112,13 +112,21 @@ if [[ "${TRITON_ORT_MPS:-0}" == 1 ]]; then
     # In /tmp (a tmpfs under compose and Kubernetes): the daemon's sockets, and no other daemon's.
     export CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps CUDA_MPS_LOG_DIRECTORY=/tmp/nvidia-mps-log
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    nvidia-cuda-mps-control -d
+    if ! nvidia-cuda-mps-control -d; then
+        echo "entrypoint: the CUDA MPS daemon did not start (its log: $CUDA_MPS_LOG_DIRECTORY)" >&2
+        exit 2
+    fi
     # -d returns once it has forked: wait until the daemon answers, so that tritonserver's first CUDA
     # call finds it (a CUDA process that finds no daemon runs without MPS, silently).
+    answered=
     for _ in $(seq 100); do
-        echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1 && break
+        if echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1; then answered=1; break; fi
         sleep 0.1
     done
+    if [[ -z "$answered" ]]; then
+        echo "entrypoint: the CUDA MPS daemon did not answer within 10 s (its log: $CUDA_MPS_LOG_DIRECTORY)" >&2
+        exit 2
+    fi
     echo "entrypoint: CUDA MPS daemon started (pipes in $CUDA_MPS_PIPE_DIRECTORY)"
 fi
 

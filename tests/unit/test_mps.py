@@ -78,3 +78,12 @@ def test_no_control_binary_says_where_it_comes_from(monkeypatch: pytest.MonkeyPa
         daemon.start()
     daemon.stop()
     assert not daemon.folder.exists()
+
+
+def test_serve_takes_mps_as_a_flag() -> None:
+    """`triton-ort serve --mps` (and make serve MPS=1) reach LocalTritonServer(mps=True); that path runs
+    for real in tests/gpu/test_mps_gpu.py."""
+    from triton_ort.testing.server import build_parser
+
+    assert build_parser().parse_args(["--mps"]).mps is True
+    assert build_parser().parse_args([]).mps is False
