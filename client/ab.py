@@ -73,7 +73,7 @@ def run_rounds(args: argparse.Namespace) -> dict[str, dict[str, list[dict[str, A
     served = [args.model + variant for variant in args.variants]
     work = Workload.build(args.model, args.repository, BATCH[args.model])
     points: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in served}
-    with serving(args.repository, served) as server:
+    with serving(args.repository, served, mps=args.mps) as server:
         for round_ in range(args.rounds):
             order = served[round_ % len(served) :] + served[: round_ % len(served)]
             for name in order:
@@ -174,6 +174,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="measured seconds per point")
     parser.add_argument("--warmup", type=float, default=0.3)
     parser.add_argument("--idle-probe", action="store_true", help="instead: in-process runs after idle gaps")
+    parser.add_argument(
+        "--mps",
+        action="store_true",
+        help="serve under CUDA MPS (the server and its stubs; this client stays outside, as a user's does)",
+    )
     parser.add_argument("--label", default="", help="a word for the JSON (e.g. the server's setting)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()

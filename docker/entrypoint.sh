@@ -109,6 +109,18 @@ if [[ "${TRITON_ORT_MPS:-0}" == 1 ]]; then
             "toolkit mounts with the utility capability (NVIDIA_DRIVER_CAPABILITIES=compute,utility)" >&2
         exit 2
     fi
+    if [[ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ]]; then
+        echo "entrypoint: TRITON_ORT_MPS=1, but CUDA_MPS_PIPE_DIRECTORY is set already: this container is" \
+            "a client of the node's MPS daemon (NVIDIA's device plugin); leave TRITON_ORT_MPS unset" >&2
+        exit 2
+    fi
+    # MPS servers start lazily: a GPU that another process holds in EXCLUSIVE_PROCESS mode would let the
+    # daemon answer and fail tritonserver's first CUDA call later, less clearly.
+    if mode=$(nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>/dev/null) \
+        && grep -qi exclusive <<<"$mode"; then
+        echo "entrypoint: TRITON_ORT_MPS=1, but a GPU is in compute mode '$mode'; use the node's MPS" >&2
+        exit 2
+    fi
     # In /tmp (a tmpfs under compose and Kubernetes): the daemon's sockets, and no other daemon's.
     export CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps CUDA_MPS_LOG_DIRECTORY=/tmp/nvidia-mps-log
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
@@ -119,8 +131,12 @@ if [[ "${TRITON_ORT_MPS:-0}" == 1 ]]; then
     # -d returns once it has forked: wait until the daemon answers, so that tritonserver's first CUDA
     # call finds it (a CUDA process that finds no daemon runs without MPS, silently).
     answered=
-    for _ in $(seq 100); do
-        if echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1; then answered=1; break; fi
+    deadline=$((SECONDS + 10))
+    while (( SECONDS < deadline )); do
+        if echo get_server_list | timeout 2 nvidia-cuda-mps-control >/dev/null 2>&1; then
+            answered=1
+            break
+        fi
         sleep 0.1
     done
     if [[ -z "$answered" ]]; then

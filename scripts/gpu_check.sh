@@ -7,7 +7,7 @@
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh tiers         # gpu + integration + unit at once (~490 s on the H200)
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh reliability   # tests/reliability alone (~317 s)
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh bench [models...]   # the smoke check and the benchmark
-# Logs, JUnit XML and summary-<mode>.txt go to $OUT; the summary table (tier, passed, failed, errors,
+# Logs and summary-<mode>.txt go to $OUT (JUnit XML to a temporary folder); the summary table (tier, passed, failed, errors,
 # skipped, seconds) is printed last. Exit status non-zero if any tier failed or did not finish.
 set -uo pipefail
 MODE=${1:-}

@@ -3,7 +3,8 @@
 # "What using the GPU in the stub costs"): in-process runs after idle gaps, then the served variants
 # interleaved (client.ab): ours, naive, the null models with and without one kernel in the stub, the
 # plain zero-copy model.py and each of our library's choices switched on in it alone; then c=16; then,
-# where the host has CUDA MPS, the c=1 set again with every process of the server as an MPS client.
+# where the host has CUDA MPS, the c=1 set again with the server and its stubs as MPS clients (the probe
+# of 2026-12-02 ran an earlier version of this script, whose client was an MPS client too).
 # Usage on the host, from the project root:  OUT=/tmp/gpu-out bash scripts/gpu_probe.sh
 # Writes probe-*.json and smi-clocks.csv into $OUT; the tables are printed.
 set -uo pipefail
@@ -17,12 +18,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,pstate --format=
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,pstate,utilization.gpu --format=csv,noheader -lms 1000 \
   >"$OUT/smi-clocks.csv" 2>&1 &
 smi=$!
-mps_started=
-stop() {
-  kill "$smi" 2>/dev/null
-  if [ -n "$mps_started" ]; then echo quit | nvidia-cuda-mps-control; fi
-}
-trap stop EXIT
+trap 'kill $smi 2>/dev/null' EXIT
 trap 'exit 143' TERM INT
 
 python3 -m client.ab --model demo --idle-probe --seconds 2 --json "$OUT/probe-idle.json"
@@ -35,14 +31,9 @@ python3 -m client.bench_gather --device cuda --requests-per-execute 1 4 16 --cal
   --json "$OUT/probe-gather.json" | tail -8
 
 if command -v nvidia-cuda-mps-control >/dev/null; then
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if nvidia-cuda-mps-control -d; then
-    mps_started=1
-    timeout 200 python3 -m client.ab --model demo --variants "" _naive _null_host _null_kernel _plain \
-      --rounds 2 --seconds 1.5 --label mps --json "$OUT/probe-mps.json" \
-      || { echo "MPS run failed"; tail -20 "$CUDA_MPS_LOG_DIRECTORY"/*.log; }
-  fi
+  # the server and its stubs as clients of an MPS daemon of that server's own; this client stays outside
+  python3 -m client.ab --model demo --variants "" _naive _null_host _null_kernel _plain --mps \
+    --rounds 2 --seconds 1.5 --label mps --json "$OUT/probe-mps.json" || echo "the MPS run failed"
 else
   echo "no nvidia-cuda-mps-control on this host"
 fi

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -58,6 +59,18 @@ def _on_stream(stream: torch.cuda.Stream) -> Iterator[None]:
         yield
 
 
+def _cpu_thread_policy(options: ModelOptions) -> ModelOptions:
+    """A CPU instance's ORT pool: a thread per CPU this process may use (a lone request gets them all),
+    and no spinning, so that an idle pool leaves those CPUs to the other instances and to the server
+    (measured, 2-core machine, demo: c=1 3655 -> 2678 µs against one thread per instance, c=16 the same
+    504 req/s; spinning pools lost at both; docs/benchmarks.md, CPU). What the config sets stays. An
+    explicit count also keeps ORT from pinning each instance's threads to the same cores, as its own
+    default (one per physical core) does."""
+    threads = options.intra_op_num_threads or len(os.sched_getaffinity(0))
+    spinning = False if options.allow_spinning is None else options.allow_spinning
+    return dataclasses.replace(options, intra_op_num_threads=threads, allow_spinning=spinning)
+
+
 def check_warmup_batch_sizes(batch_sizes: Sequence[int], max_batch_size: int) -> None:
     """The `warmup` parameter's batch sizes must be ones Triton could send this model."""
     if max_batch_size > 0:
@@ -99,13 +112,8 @@ class ModelInstance:
         placement = (
             Placement("cuda", device_id, self._stream.cuda_stream) if self._stream else Placement("cpu")
         )
-        if not gpu and self.options.allow_spinning is None:
-            # Every CPU instance's ORT pool has a thread per core (ORT's default), so a lone request uses
-            # them all; but pool threads that spin after each run take those cores from the other
-            # instances and from the server's own threads. Without spinning the pools share the cores
-            # (measured, 2-core machine, demo: c=1 3655 -> 2678 µs, c=16 the same 504 req/s as one thread
-            # per instance; docs/benchmarks.md).
-            self.options = dataclasses.replace(self.options, allow_spinning=False)
+        if not gpu:
+            self.options = _cpu_thread_policy(self.options)
         hooks = Hooks.load(version_dir / self.options.hooks) if self.options.hooks else None
         session = create_session(version_dir / self.options.onnx_file, self.options, placement)
         output_placement = OutputPlacement(self.options.output_placement, self.options.host_output_max_bytes)

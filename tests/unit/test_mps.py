@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from triton_ort.testing import processes
 from triton_ort.testing.mps import PIPE_ENV, MpsDaemon, MpsError, daemon_processes, remove_orphaned_daemons
 
 # Daemon mode forks a child that stays (named after this script, as the real daemon is) and answers
@@ -66,7 +67,8 @@ def test_a_daemon_left_by_a_killed_launcher_is_stopped_by_the_next(fake_control:
     daemon = MpsDaemon()
     daemon.start()
     assert daemon_processes(daemon.folder)
-    remove_orphaned_daemons(alive=lambda pid: pid != os.getpid())  # as if this launcher had died
+    # As if this launcher had died; the launchers that really live (another test run's) stay alive.
+    remove_orphaned_daemons(alive=lambda pid: pid != os.getpid() and processes.alive(pid))
     assert daemon_processes(daemon.folder) == []
     assert not daemon.folder.exists()
 

@@ -5,6 +5,8 @@ between them: at concurrency 1 on an H200 one small kernel in a stub added ~350 
 MPS, where every process is a client of one MPS server, took ~200 µs of that back (docs/benchmarks.md,
 "What using the GPU in the stub costs"). The daemon's pipe and log folders are the server's own, so it
 meets no other daemon (nor the host's, at /tmp/nvidia-mps); `quit` at stop ends it and its MPS server.
+The daemon forks away from the launcher (`-d`), so a launcher killed by SIGKILL leaves it running until
+the next launcher starts and stops it (remove_orphaned_daemons).
 They are in /tmp itself, not in the launcher's work folder: the daemon's UNIX sockets need a short path
 (108 bytes at most), which a work folder under pytest's temp folder can exceed.
 """
@@ -64,21 +66,30 @@ class MpsDaemon:
         for folder in self.env.values():
             Path(folder).mkdir(parents=True, exist_ok=True)
         # No pipes to it: a daemon that kept them open would hold this call until it exits.
-        started = subprocess.run(
-            [binary, "-d"],
-            env=self._environment(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        try:
+            started = subprocess.run(
+                [binary, "-d"],
+                env=self._environment(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=30,
+            )
+        except subprocess.TimeoutExpired:
+            log = self._log_tail()
+            self.stop()
+            raise MpsError(f"{MPS_CONTROL} -d did not return within 30 s: {log}") from None
         if started.returncode:
             raise MpsError(f"{MPS_CONTROL} -d failed ({started.returncode}): {self._log_tail()}")
         # `-d` returns once it has forked; the daemon answers its control pipe a moment later.
         deadline = time.monotonic() + self.start_timeout_s
         while self.control("get_server_list") is None:
             if time.monotonic() > deadline:
+                log = self._log_tail()  # before stop() removes the folder
                 self.stop()
-                raise MpsError(f"the MPS control daemon did not answer within {self.start_timeout_s:.0f} s")
+                raise MpsError(
+                    f"the MPS control daemon did not answer within {self.start_timeout_s:.0f} s: {log}"
+                )
             time.sleep(0.05)
 
     def control(self, command: str) -> str | None:
