@@ -17,8 +17,6 @@ time for the run from CUDA events, which tells whether an idle gap costs on the 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import statistics
 import sys
 import time
@@ -30,6 +28,7 @@ import torch
 import tritonclient.grpc as grpcclient
 
 from client.bench import BATCH, _sync_load, aligned, environment, serving, transport_for_ours
+from client.bench_hooks import write_report
 from client.load import Workload, load_in_processes, request_workers
 from triton_ort.testing.reference import compare
 from triton_ort.testing.server import exit_on_termination
@@ -197,9 +196,7 @@ def main() -> None:
         report["points"] = run_rounds(args)
         text = summary(report["points"])
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(OSError):
-            args.json.write_text(json.dumps(report, indent=1))
+        write_report(args.json, report)
     print(f"{args.label} {args.model}".strip())
     print(text)
 

@@ -390,9 +390,19 @@ def bench_model(model: str, server_url: str, repository: Path, args: argparse.Na
         for concurrency in (1, top):
             results.append(run(f"{model}_plain", "plain", transport, concurrency))
         results.append(run(model, "ours", "numpy", 1))
-        results += measure_cuda_graphs(model, repository, work, args)
+        both = (1, top)
+        results += measure_apart(
+            "CUDA graphs", model, repository, work, args, {"_graph": ("ours-graph", both)}
+        )
         if args.mps:
-            results += measure_mps(model, repository, work, args)
+            # the server and its stubs as MPS clients; the load-generating client stays outside, as a user's
+            under_mps = {
+                "": ("ours-mps", both),
+                "_naive": ("naive-mps", both),
+                "_null_host": ("null-host-mps", both),
+                "_null_kernel": ("null-kernel-mps", (1,)),
+            }
+            results += measure_apart("MPS", model, repository, work, args, under_mps, mps=True)
     for concurrency in (1, top):
         results.append(run(f"{model}_naive", "naive", transport, concurrency))
     if not args.skip_pytriton:
@@ -406,49 +416,27 @@ def bench_model(model: str, server_url: str, repository: Path, args: argparse.Na
     return results
 
 
-def measure_cuda_graphs(
-    model: str, repository: Path, work: Workload, args: argparse.Namespace
+Anchors = dict[str, tuple[str, tuple[int, ...]]]
+"""Served-name suffix -> (anchor, the concurrencies it is measured at)."""
+
+
+def measure_apart(
+    what: str,
+    model: str,
+    repository: Path,
+    work: Workload,
+    args: argparse.Namespace,
+    anchors: Anchors,
+    **serving_options: Any,
 ) -> list[Measurement]:
-    """The opt-in ORT CUDA graphs (`cuda_graph: true`), on a server of their own: a model that cannot be
-    captured must not take the main measurements down with it."""
+    """Anchors served by a server of their own (the opt-in CUDA graphs; the server under CUDA MPS): one
+    that cannot run there (a model that cannot be captured, a host where MPS does not start) is reported
+    and does not take the main measurements down with it."""
     results = []
     try:
-        with serving(repository, [f"{model}_graph"]) as server:
-            for concurrency in (1, max(args.concurrency)):
-                results.append(
-                    measure_server(
-                        server.grpc_url,
-                        model,
-                        f"{model}_graph",
-                        "ours-graph",
-                        "cuda-shm",
-                        concurrency,
-                        work,
-                        args,
-                    )
-                )
-    except Exception as error:  # reported, and the rest of the run goes on
-        _note(f"{model}: CUDA graphs could not be measured: {str(error)[-2000:]}")
-    return results
-
-
-MPS_ANCHORS = {
-    "": "ours-mps",
-    "_naive": "naive-mps",
-    "_null_host": "null-host-mps",
-    "_null_kernel": "null-kernel-mps",
-}
-
-
-def measure_mps(model: str, repository: Path, work: Workload, args: argparse.Namespace) -> list[Measurement]:
-    """Ours, naive and the null models again, with the server and its stubs as clients of one CUDA MPS
-    server (LocalTritonServer(mps=True)); the load-generating client stays outside MPS, as a user's does."""
-    results = []
-    top = max(args.concurrency)
-    try:
-        with serving(repository, [model + suffix for suffix in MPS_ANCHORS], mps=True) as server:
-            for suffix, anchor in MPS_ANCHORS.items():
-                for concurrency in (1, top) if suffix != "_null_kernel" else (1,):
+        with serving(repository, [model + suffix for suffix in anchors], **serving_options) as server:
+            for suffix, (anchor, concurrencies) in anchors.items():
+                for concurrency in concurrencies:
                     results.append(
                         measure_server(
                             server.grpc_url,
@@ -459,11 +447,11 @@ def measure_mps(model: str, repository: Path, work: Workload, args: argparse.Nam
                             concurrency,
                             work,
                             args,
-                            check="_null_" not in suffix,
+                            check="_null_" not in suffix,  # the null models answer zeros
                         )
                     )
     except Exception as error:  # reported, and the rest of the run goes on
-        _note(f"{model}: MPS could not be measured: {str(error)[-2000:]}")
+        _note(f"{model}: {what} could not be measured: {str(error)[-2000:]}")
     return results
 
 

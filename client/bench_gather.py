@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from client.bench_hooks import host_info, linear_onnx
+from client.bench_hooks import host_info, linear_onnx, write_report
 from triton_ort import ModelInstance, Tensors
 
 
@@ -117,8 +117,7 @@ def main() -> int:
             f"| {r['per_extra_request_us']} |"
         )
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        write_report(args.json, report)
     if not all(r["answers_agree"] for r in results):
         print("gathered answers differ from the one request's", file=sys.stderr)
         return 1

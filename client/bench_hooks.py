@@ -183,6 +183,12 @@ def measure(ways: Ways, device: str, rows: int, calls: int, warmup: int) -> dict
     }
 
 
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    """An in-process or A/B measurement's JSON (bench_hooks, bench_gather, ab), its folder made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+
+
 def host_info() -> dict[str, Any]:
     """The machine an in-process measurement ran on (bench_hooks, bench_gather)."""
     return {
@@ -238,8 +244,7 @@ def main() -> int:
     print(json.dumps(report["host"]))
     print("\n".join(_table(results)))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        write_report(args.json, report)
     worst = max(r["hook_overhead_us"] for r in results)
     print(
         f"hook overhead: at most {worst} µs per execute (target {TARGET_US} µs): "

@@ -57,7 +57,7 @@ class MpsDaemon:
         return {PIPE_ENV: str(self.folder / "pipe"), LOG_ENV: str(self.folder / "log")}
 
     def start(self) -> None:
-        binary = shutil.which(MPS_CONTROL, path=self._environment().get("PATH"))
+        binary = shutil.which(MPS_CONTROL)
         if binary is None:
             raise MpsError(
                 f"{MPS_CONTROL} is not on PATH: it comes with the NVIDIA driver's utilities (in a "
@@ -94,7 +94,7 @@ class MpsDaemon:
 
     def control(self, command: str) -> str | None:
         """Send the daemon one command; its answer, or None when it did not answer."""
-        binary = shutil.which(MPS_CONTROL, path=self._environment().get("PATH"))
+        binary = shutil.which(MPS_CONTROL)
         if binary is None:
             return None
         try:
