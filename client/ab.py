@@ -27,14 +27,20 @@ import numpy as np
 import torch
 import tritonclient.grpc as grpcclient
 
-from client.bench import BATCH, _sync_load, aligned, environment, serving, transport_for_ours
-from client.bench_hooks import write_report
+from client.bench_common import (
+    BATCH,
+    ROOT,
+    aligned,
+    host_environment,
+    serving,
+    sync_load,
+    transport_for_ours,
+    write_report,
+)
 from client.load import Workload, load_in_processes, request_workers
 from triton_ort.testing.reference import compare
 from triton_ort.testing.server import exit_on_termination
 from triton_ort.testing.transport import STAGES, ModelStatistics
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def measure(
@@ -51,7 +57,7 @@ def measure(
         before = ModelStatistics.read(client, served)
         if concurrency == 1:
             timing = argparse.Namespace(warmup=args.warmup, duration=args.seconds, min_requests=20)
-            latencies, wall = _sync_load(client, served, workers[0], timing)
+            latencies, wall = sync_load(client, served, workers[0], timing)
             rate = len(latencies) / wall
     if concurrency > 1:
         latencies, rate = load_in_processes(
@@ -182,7 +188,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     report: dict[str, Any] = {
-        "environment": environment(),
+        "environment": host_environment(),
         "command": " ".join(["python -m client.ab", *sys.argv[1:]]),
         "label": args.label,
     }

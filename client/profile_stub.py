@@ -37,12 +37,11 @@ from typing import Any
 
 import tritonclient.grpc as grpcclient
 
-from client.bench import BATCH, _sync_load, aligned, serving, transport_for_ours
+from client.bench_common import BATCH, ROOT, aligned, serving, sync_load, transport_for_ours
 from client.load import Workload, request_workers
 from triton_ort.testing.processes import stub_processes
 from triton_ort.testing.transport import ModelStatistics
 
-ROOT = Path(__file__).resolve().parent.parent
 SHARES = ("ort", "gpu_wait", "torch", "stub_objects", "python")
 # Variants of each model in the benchmark repository (scripts/build_models.py --bench).
 DEFAULT_VARIANTS = ("", "_naive", "_null_host", "_null_hostdl", "_null_pinned", "_null_device")
@@ -122,7 +121,7 @@ def profile_model(
         raise SystemExit(f"{served}: no stub found")
     with request_workers(client, served, transport_for_ours(), work, 1) as (workers, ask):
         ask()
-        _sync_load(
+        sync_load(
             client, served, workers[0], argparse.Namespace(warmup=args.warmup, duration=0.1, min_requests=1)
         )
         before = ModelStatistics.read(client, served)
@@ -152,7 +151,7 @@ def profile_model(
             for pid, out in zip(pids, outputs, strict=True)
         ]
         time.sleep(1.0)  # py-spy attaches
-        latencies, _ = _sync_load(
+        latencies, _ = sync_load(
             client,
             served,
             workers[0],
