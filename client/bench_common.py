@@ -16,8 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import tritonclient.grpc as grpcclient
+
+from client.load import Workload, load_in_processes, request_workers
+from triton_ort.testing.reference import compare
+from triton_ort.testing.transport import ModelStatistics
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = {"demo": 100, "mlp1024": 256, "mlp4096": 1024}
@@ -60,6 +65,38 @@ def sync_load(
         client.infer(model, inputs, outputs=outputs)
         latencies.append(time.perf_counter() - t0)
     return latencies, time.perf_counter() - started
+
+
+def measure_point(
+    url: str, served: str, work: Workload, concurrency: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """One served point after an answer check (null models answer zeros: not checked): p50, rate, Triton's
+    stages and requests per execute over `args.seconds`, at concurrency 1 from this process and above it
+    from `args.client_processes` load processes (client.load)."""
+    client = grpcclient.InferenceServerClient(url)
+    transport = transport_for_ours()
+    with request_workers(client, served, transport, work, 1) as (workers, ask):
+        if "_null_" in served:  # zeros: nothing to check
+            ask()
+        elif problems := compare(ask(), work.reference, rtol=2e-3, atol=2e-3):
+            raise SystemExit(f"{served}: WRONG ANSWER: {problems}")
+        before = ModelStatistics.read(client, served)
+        if concurrency == 1:
+            timing = argparse.Namespace(warmup=args.warmup, duration=args.seconds, min_requests=20)
+            latencies, wall = sync_load(client, served, workers[0], timing)
+            rate = len(latencies) / wall
+    if concurrency > 1:
+        latencies, rate = load_in_processes(
+            url, served, transport, work, concurrency, args.client_processes, (args.warmup, args.seconds)
+        )
+    after = ModelStatistics.read(client, served)
+    executes = after.executions - before.executions
+    return {
+        "p50_us": float(np.percentile(np.array(latencies) * 1e6, 50)),
+        "requests_per_s": rate,
+        "stages_us": after.stage_us(before),
+        "requests_per_execute": (after.requests - before.requests) / max(executes, 1),
+    }
 
 
 def transport_for_ours() -> str:
