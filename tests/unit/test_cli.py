@@ -3,6 +3,7 @@ input rules and output summary (against a fake client), and the launcher's --hel
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -14,7 +15,7 @@ from tritonclient.grpc import model_config_pb2
 from tests import graphs
 from triton_ort.cli import main
 from triton_ort.cli.infer import _load_inputs, build_parser, summary
-from triton_ort.cli.request_checks import RequestError
+from triton_ort.cli.request_checks import ModelSignature, RequestError
 
 
 class Done(NamedTuple):
@@ -117,7 +118,7 @@ PAIR = FakeClient(
 
 def inputs(client: FakeClient, tmp_path: Path, *args: str) -> dict[str, Any]:
     parsed = build_parser("triton-ort").parse_args(["infer", "pair", *args])
-    return _load_inputs(parsed, client, client.metadata)
+    return _load_inputs(parsed, ModelSignature.from_config(client.config), client.metadata)
 
 
 def test_shape_chooses_the_open_axes_of_generated_inputs(tmp_path: Path) -> None:
@@ -131,6 +132,40 @@ def test_an_input_left_out_beside_given_ones_is_named_when_its_axes_are_open(tmp
         inputs(PAIR, tmp_path, "--input", f"x={tmp_path / 'x.npy'}")
     with pytest.raises(RequestError, match=r"input 'y' is not given"):
         inputs(PAIR, tmp_path, "--shape", "x=2,16")
+
+
+def test_inputs_come_by_name_from_one_npz_and_input_files_add_to_it(tmp_path: Path) -> None:
+    x, y = np.ones((2, 16), np.float32), np.zeros((2, 16), np.float32)
+    np.savez(tmp_path / "inputs.npz", x=x, y=y)
+    got = inputs(PAIR, tmp_path, "--inputs", str(tmp_path / "inputs.npz"))
+    assert np.array_equal(got["x"], x) and np.array_equal(got["y"], y)
+    np.savez(tmp_path / "x_only.npz", x=x)
+    np.save(tmp_path / "y.npy", y)
+    got = inputs(
+        PAIR, tmp_path, "--inputs", str(tmp_path / "x_only.npz"), "--input", f"y={tmp_path / 'y.npy'}"
+    )
+    assert sorted(got) == ["x", "y"]
+
+
+@pytest.mark.parametrize(
+    ("archive", "extra", "words"),
+    [
+        ("x.npy", [], r"one array \(\.npy\); expected an \.npz of inputs by name"),
+        ("missing.npz", [], r"cannot read it as an \.npz"),
+        ("inputs.npz", ["--input", "x=X"], r"'x' is in --inputs .* too; give it once"),
+        ("inputs.npz", ["--batch", "2"], r"--batch 2 with --inputs"),
+        ("other.npz", [], r"input 'z': model 'pair' has no such input; expected one of x, y"),
+    ],
+)
+def test_an_inputs_archive_that_cannot_be_sent_is_one_line(
+    tmp_path: Path, archive: str, extra: list[str], words: str
+) -> None:
+    np.save(tmp_path / "x.npy", np.zeros((2, 16), np.float32))
+    np.savez(tmp_path / "inputs.npz", x=np.zeros((2, 16), np.float32), y=np.zeros((2, 16), np.float32))
+    np.savez(tmp_path / "other.npz", z=np.zeros((2, 16), np.float32))
+    extra = [item.replace("=X", f"={tmp_path / 'x.npy'}") for item in extra]
+    with pytest.raises(RequestError, match=words):
+        inputs(PAIR, tmp_path, "--inputs", str(tmp_path / archive), *extra)
 
 
 def test_with_no_input_given_every_input_is_random_with_the_batch_as_before(tmp_path: Path) -> None:
@@ -154,3 +189,25 @@ def test_outputs_are_summarised_in_one_line_unless_full_is_asked() -> None:
     assert "min 0 max 205 mean 102.5" in line, line
     assert summary("np_logits", logits, full=True).count("\n") == 103
     assert summary("flags", np.array([True, False]), full=False).startswith("flags bool[2]  [ True, False]")
+
+
+def _client_commands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser("triton-ort")
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+@pytest.mark.parametrize("command", ["infer", "health", "metadata", "served-config"])
+def test_every_argument_of_the_client_commands_says_what_it_is(command: str) -> None:
+    parser = _client_commands()[command]
+    silent = [a.option_strings[0] if a.option_strings else a.dest for a in parser._actions if not a.help]
+    assert silent == [], f"triton-ort {command}: no help text for {silent}"
+
+
+@pytest.mark.parametrize("command", ["served-config", "metadata", "infer", "health"])
+def test_a_client_commands_help_names_the_command_as_typed(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    done = triton_ort(capsys, command, "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: triton-ort {command} "), done.stdout.splitlines()[0]
