@@ -3,6 +3,8 @@ input rules and output summary (against a fake client), and the launcher's --hel
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -162,6 +164,14 @@ def test_config_refuses_a_python_model_that_triton_ort_does_not_serve(
     (folder / "1" / "model.py").write_text("class TritonPythonModel:\n    pass\n")
     done = triton_ort(capsys, "config", str(folder))
     assert done.returncode == 2 and "backend 'python' is not served by triton_ort" in done.stderr, done
+
+
+def test_the_offline_config_needs_no_onnx_runtime() -> None:
+    """onnxruntime is an extra (cpu) or the host's own build (onnxruntime-gpu): the load's checks that
+    `config` makes read the graph with the onnx package."""
+    code = "import sys, triton_ort.cli.config\nprint('onnxruntime' in sys.modules)"
+    checked = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (checked.returncode, checked.stdout.strip()) == (0, "False"), checked.stderr
 
 
 def test_an_unknown_command_names_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
