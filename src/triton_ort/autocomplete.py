@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import onnx
 
 from .dtypes import ELEMENT_TYPES, ZIPMAP_HINT, ElementType, from_onnx_type
-from .errors import ConfigError
+from .errors import ConfigError, unreadable_onnx_file
 from .options import parameters_from_model_config, parse_options
 from .sequence import control_inputs
 from .signature import Dim, TensorSpec, served_dims
@@ -117,9 +117,12 @@ def read_onnx_signature(path: Path) -> tuple[tuple[TensorSpec, ...], tuple[Tenso
             "version directory; default model.onnx)"
         )
     try:
-        graph = onnx.load(str(path), load_external_data=False).graph
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as error:  # the onnx package raises DecodeError and others for a damaged file
-        raise ConfigError(f"{str(path)!r} is not a readable ONNX file: {error}") from error
+        raise unreadable_onnx_file(path, error) from error
+    if not model.HasField("graph"):  # an empty file parses as an empty ModelProto
+        raise unreadable_onnx_file(path, "it holds no graph (an empty file, or not an ONNX model)")
+    graph = model.graph
     # Models exported with IR < 4 also list their weights as graph inputs: those are not request inputs.
     weights = {tensor.name for tensor in graph.initializer}
 

@@ -4,6 +4,8 @@ input rules and output summary (against a fake client), and the launcher's --hel
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -66,6 +68,111 @@ def test_config_of_a_folder_that_cannot_be_completed_is_one_line(
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "model.onnx" in done.stderr, done.stderr
     assert triton_ort(capsys, "config", str(tmp_path / "nothing")).stderr.count("config.pbtxt") == 1
+
+
+def test_config_prints_the_reshape_of_a_tensor_that_is_only_the_batch_axis(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A [N] input or output is served as dims [1] with an empty reshape: the printed config says so, and
+    pasted into config.pbtxt it passes the same checks again (Triton refuses dims [1] without it)."""
+    folder = tmp_path / "strings"
+    graphs.strings_beside_numbers(folder / "1" / "model.onnx")
+    (folder / "config.pbtxt").write_text('backend: "onnxruntime_zerocopy"\n')
+    done = triton_ort(capsys, "config", str(folder))
+    assert done.returncode == 0, done.stderr
+    config = text_format.Parse(done.stdout, model_config_pb2.ModelConfig())
+    reshaped = {t.name: (list(t.dims), t.HasField("reshape")) for t in (*config.input, *config.output)}
+    assert reshaped == {"s": ([1], True), "x": ([2], False), "t": ([1], True), "y": ([2], False)}
+    assert all(list(t.reshape.shape) == [] for t in (*config.input, *config.output))
+    (folder / "config.pbtxt").write_text(done.stdout)
+    again = triton_ort(capsys, "config", str(folder))
+    assert again.returncode == 0 and again.stdout == done.stdout, again.stderr
+
+
+SEQUENCE_STATE = (
+    'sequence_batching { state [ { input_name: "x", output_name: "y", data_type: TYPE_FP16, dims: [ 3 ] } ] }'
+)
+
+
+@pytest.mark.parametrize(
+    ("config", "reason"),
+    [
+        ('backend: "onnxruntime_zerocoppy"', "backend 'onnxruntime_zerocoppy' is not one the server has"),
+        ('input [ { name: "a", data_type: TYPE_FP16, dims: [ 5 ] } ]', "axis 1 is 5 in config.pbtxt but 3"),
+        ('input [ { name: "A", data_type: TYPE_FP16, dims: [ 3 ] } ]', "config input 'A' is not in the ONNX"),
+        ('input [ { name: "A", dims: [ 3 ] } ]', "config input 'A' must specify 'data_type' (Triton refuses"),
+        (
+            'input [ { name: "a", data_type: TYPE_FP32, dims: [ 3 ] } ]',
+            "config says FP32, the ONNX file says",
+        ),
+        ('output [ { name: "b_sum", data_type: TYPE_INT64, dims: [ 4 ] } ]', "axis 1 is 4 in config.pbtxt"),
+        ('parameters { key: "gather_requests" value { string_value: "maybe" } }', "'maybe' is not a boolean"),
+        ('parameters { key: "gather_request" value { string_value: "1" } }', "unknown parameter 'gather_req"),
+        (
+            'parameters { key: "warmup" value { string_value: "1,8" } }',
+            "batch size 8 is above max_batch_size 4",
+        ),
+        (
+            "optimization { cuda { graphs: true busy_wait_events: true } }",
+            "optimization.cuda.busy_wait_events",
+        ),
+        (SEQUENCE_STATE, "sequence_batching.state (implicit state, inputs ['x']) is not served"),
+        ('parameters { key: "hooks" value { string_value: "hooks.py" } }', "hooks module"),
+    ],
+)
+def test_config_refuses_what_the_load_refuses_with_the_loads_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], config: str, reason: str
+) -> None:
+    """The load's checks that need no GPU (tests/integration/test_offline_config.py compares each with a
+    real server's load error): non-zero, nothing on stdout, the reason after the model's name."""
+    folder = tmp_path / "m"
+    graphs.multi_io(folder / "1" / "model.onnx")
+    backend = "" if config.startswith("backend") else 'backend: "onnxruntime_zerocopy"\n'
+    (folder / "config.pbtxt").write_text(backend + config + "\n")
+    done = triton_ort(capsys, "config", str(folder))
+    assert (done.returncode, done.stdout) == (2, ""), done
+    assert done.stderr.startswith("triton-ort config: error: model 'm': ") and reason in done.stderr, done
+
+
+@pytest.mark.parametrize("content", [b"not an onnx file", b""])
+def test_config_calls_a_damaged_or_empty_onnx_file_unreadable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes
+) -> None:
+    folder = model_folder(tmp_path, 'backend: "onnxruntime_zerocopy"\n')
+    (folder / "1" / "model.onnx").write_bytes(content)
+    done = triton_ort(capsys, "config", str(folder))
+    assert done.returncode == 2 and f"{str(folder / '1' / 'model.onnx')!r} is not a readable ONNX file" in (
+        done.stderr
+    ), done.stderr
+
+
+def test_config_imports_the_hooks_module_as_the_load_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = model_folder(
+        tmp_path,
+        'backend: "onnxruntime_zerocopy"\nparameters { key: "hooks" value { string_value: "h.py" } }\n',
+    )
+    (folder / "1" / "h.py").write_text("raise RuntimeError('no such device')\n")
+    done = triton_ort(capsys, "config", str(folder))
+    assert done.returncode == 2 and "h.py failed to import: RuntimeError: no such device" in done.stderr, done
+
+
+def test_config_refuses_a_python_model_that_triton_ort_does_not_serve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = model_folder(tmp_path, 'backend: "python"\n')
+    (folder / "1" / "model.py").write_text("class TritonPythonModel:\n    pass\n")
+    done = triton_ort(capsys, "config", str(folder))
+    assert done.returncode == 2 and "backend 'python' is not served by triton_ort" in done.stderr, done
+
+
+def test_the_offline_config_needs_no_onnx_runtime() -> None:
+    """onnxruntime is an extra (cpu) or the host's own build (onnxruntime-gpu): the load's checks that
+    `config` makes read the graph with the onnx package."""
+    code = "import sys, triton_ort.cli.config\nprint('onnxruntime' in sys.modules)"
+    checked = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (checked.returncode, checked.stdout.strip()) == (0, "False"), checked.stderr
 
 
 def test_an_unknown_command_names_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
