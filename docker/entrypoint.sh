@@ -17,6 +17,8 @@
 #   TRITON_PYTHON_SHM_GROWTH_BYTES   16777216         and grows by (python backend's default is 1 MiB)
 #   TRITON_PYTHON_STUB_TIMEOUT_S     120              stub start-up timeout (torch + ORT + CUDA EP load)
 #   TRITON_HTTP_PORT, TRITON_GRPC_PORT, TRITON_METRICS_PORT   8000, 8001, 8002 (e.g. with host networking)
+#   TRITON_BIND_ADDRESS              (unset: 0.0.0.0) the address all three listen on; 127.0.0.1 with host
+#                                                     networking (docker/compose.local.yaml): no auth on them
 #   TRITON_EXIT_TIMEOUT_S            30               on SIGTERM, how long in-flight requests may finish
 #                                                     (compose's stop_grace_period must be longer)
 #   TRITON_ORT_MPS                   0                1: tritonserver and its stubs run as clients of a CUDA
@@ -44,6 +46,7 @@ exit_timeout=${TRITON_EXIT_TIMEOUT_S:-30}
 http_port=${TRITON_HTTP_PORT:-8000}
 grpc_port=${TRITON_GRPC_PORT:-8001}
 metrics_port=${TRITON_METRICS_PORT:-8002}
+bind_address=${TRITON_BIND_ADDRESS:-}
 admin_key=${TRITON_ADMIN_KEY:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
 
 # A repository on object storage (s3://, gs://, as://) is fetched by tritonserver itself.
@@ -72,6 +75,9 @@ args=(
     --http-restricted-api="logging,trace:triton-ort-admin=$admin_key"
     --grpc-restricted-protocol="logging,trace:triton-ort-admin=$admin_key"
 )
+if [[ -n "$bind_address" ]]; then
+    args+=(--http-address="$bind_address" --grpc-address="$bind_address" --metrics-address="$bind_address")
+fi
 
 # The container's /dev/shm is its own, so Triton's default region names (triton_<backend>_backend_shm_region_N,
 # per backend) collide with no other server. An explicit prefix is shared by every python-based backend:

@@ -36,6 +36,7 @@ from rules import (
     dockerfile_problems,
     entrypoint_problems,
     find_tool,
+    local_compose_problems,
     render_compose,
     requirements_problems,
 )
@@ -45,6 +46,7 @@ CLIENT_DOCKERFILE = DOCKER_DIR / "client.Dockerfile"
 COMPOSE = DOCKER_DIR / "compose.yaml"
 COMPOSE_CPU = DOCKER_DIR / "compose.cpu.yaml"
 COMPOSE_MODELS = DOCKER_DIR / "compose.models.yaml"
+COMPOSE_LOCAL = DOCKER_DIR / "compose.local.yaml"
 ENTRYPOINT = DOCKER_DIR / "entrypoint.sh"
 LIBRARY_PATH = DOCKER_DIR / "library-path.sh"
 HADOLINT_CONFIG = DOCKER_DIR / "hadolint.yaml"
@@ -121,6 +123,18 @@ def check_compose(outcome: Outcome) -> dict[str, dict[str, Any]]:
             "the server image's /models (the rest is run: make test-container)",
             f"{label} variant: " + "; ".join(problems),
         )
+    # make up-local's variant (and the container tier's), with and without a host repository.
+    local = [COMPOSE, COMPOSE_CPU, COMPOSE_LOCAL]
+    for files in (local, [*local, COMPOSE_MODELS]):
+        config = load_compose(command, files, outcome)
+        if config is not None:
+            problems = local_compose_problems(config)
+            outcome.check(
+                not problems,
+                f"up-local variant{' + host models' if COMPOSE_MODELS in files else ''}: no build, host "
+                "networking, no published ports, bound to 127.0.0.1",
+                "up-local variant: " + "; ".join(problems),
+            )
     return configs
 
 
@@ -136,7 +150,8 @@ def check_files(outcome: Outcome) -> None:
         ),
     ):
         outcome.check(not problems, f"{label}", "; ".join(problems))
-    for script in (ENTRYPOINT, LIBRARY_PATH):
+    scripts = ("engine.sh", "preflight.sh", "local.sh", "standin/build.sh")
+    for script in (ENTRYPOINT, LIBRARY_PATH, *(DOCKER_DIR / name for name in scripts)):
         syntax = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, check=False)
         outcome.check(
             syntax.returncode == 0,

@@ -248,6 +248,26 @@ def port_problems(config: dict[str, Any]) -> list[str]:
     return problems
 
 
+def local_compose_problems(config: dict[str, Any]) -> list[str]:
+    """`make up-local`'s variant (compose.yaml + compose.cpu.yaml + compose.local.yaml): no build (the images
+    are built with BuildKit beforehand), host networking for both services, no published ports, and the
+    server bound to 127.0.0.1 (with host networking nothing else keeps its unauthenticated ports local)."""
+    problems = []
+    services = config.get("services") or {}
+    for name in ("triton", "client"):
+        service = services.get(name) or {}
+        if service.get("network_mode") != "host":
+            problems.append(f"{name}: network_mode must be host (no bridge network on such machines)")
+        if service.get("build"):
+            problems.append(f"{name}: must not build (without buildx compose uses the classic builder)")
+        if service.get("ports"):
+            problems.append(f"{name}: publishes ports with host networking")
+    bind = ((services.get("triton") or {}).get("environment") or {}).get("TRITON_BIND_ADDRESS")
+    if bind != "127.0.0.1":
+        problems.append(f"triton: TRITON_BIND_ADDRESS must be 127.0.0.1 with host networking, is {bind!r}")
+    return problems
+
+
 def compose_problems(config: dict[str, Any], gpu: bool, mounted: bool = False) -> list[str]:
     """What deployment needs from the normalised compose configuration (`config --format json`). `gpu`:
     the GPU variant (not compose.cpu.yaml); `mounted`: with compose.models.yaml (a host repository)."""

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the stand-in 23.12 base (docker/standin/Dockerfile) with no registry: a Debian 12 minbase rootfs
 # from debootstrap, imported as $ROOTFS_IMAGE, then the Dockerfile on it. Needs a running engine
-# (docker/engine.sh runs this from `make docker-standin`). Skips what already exists.
+# (docker/engine.sh runs this from `make docker-standin`, with ENGINE_STANDIN=1 so that it installs
+# debootstrap). Skips what already exists: the rootfs image, and the two stand-ins while they carry the
+# hash of what they are made from (this folder, the wheels' versions) as a label.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -16,12 +18,21 @@ TORCH_WHEEL=${TORCH_WHEEL:-$(ls /opt/wheels/torch-2.13.0+cpu-cp311-*.whl 2>/dev/
 MIRROR=${DEBIAN_MIRROR:-$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 
+LABEL=triton-ort.standin.inputs
+inputs=$({ cat docker/standin/* /etc/ssl/certs/ca-certificates.crt; echo "$ROOTFS_IMAGE $PYTRITON $OTHER_ORT ${TORCH_WHEEL##*/} $MIRROR"; } | sha256sum | cut -c1-16)
+current() { [[ $("$DOCKER" image inspect --format "{{index .Config.Labels \"$LABEL\"}}" "$1" 2>/dev/null) == "$inputs" ]]; }
+if current "$STANDIN_IMAGE" && current "$PYTHON_IMAGE"; then
+    echo "standin: $STANDIN_IMAGE and $PYTHON_IMAGE are up to date"
+    exit 0
+fi
+
 work=$(mktemp -d /var/tmp/triton-ort-standin.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 if ! "$DOCKER" image inspect "$ROOTFS_IMAGE" >/dev/null 2>&1; then
     if ! command -v debootstrap >/dev/null; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+        echo "standin: no debootstrap (make docker-standin installs it: ENGINE_STANDIN=1 docker/engine.sh ...)" >&2
+        exit 1
     fi
     echo "standin: debootstrap bookworm (minbase) from $MIRROR"
     debootstrap --variant=minbase bookworm "$work/rootfs" "$MIRROR" >"$work/debootstrap.log" \
@@ -45,7 +56,7 @@ cp "$work"/ort/onnxruntime/capi/libonnxruntime_providers_shared.so "$ctx/onnxrun
 cp "$TORCH_WHEEL" "$ctx/wheels/"
 cp /etc/ssl/certs/ca-certificates.crt "$ctx/"
 
-DOCKER_BUILDKIT=1 "$DOCKER" build --network host --build-arg ROOTFS_IMAGE="$ROOTFS_IMAGE" \
+DOCKER_BUILDKIT=1 "$DOCKER" build --network host --build-arg ROOTFS_IMAGE="$ROOTFS_IMAGE" --label "$LABEL=$inputs" \
     -f docker/standin/Dockerfile -t "$STANDIN_IMAGE" "$ctx"
-DOCKER_BUILDKIT=1 "$DOCKER" build --network host --build-arg ROOTFS_IMAGE="$ROOTFS_IMAGE" \
+DOCKER_BUILDKIT=1 "$DOCKER" build --network host --build-arg ROOTFS_IMAGE="$ROOTFS_IMAGE" --label "$LABEL=$inputs" \
     -f docker/standin/python.Dockerfile -t "$PYTHON_IMAGE" "$ctx"

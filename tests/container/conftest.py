@@ -2,12 +2,14 @@
 
 `make test-container` starts an engine (docker/engine.sh), builds the images on the stand-in base and runs
 this. Without an engine, or without the images, every test skips with the one-line reason. One server
-container at a time, host networking on 127.0.0.1:18500-18502 (tests/container/compose.test.yaml).
+container at a time, with `make up-local`'s compose files (docker/compose.local.yaml: host networking, bound
+to 127.0.0.1) on ports 18500-18502, so that it cannot collide with a server on 8000-8002.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -15,12 +17,17 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-DOCKER = os.environ.get("DOCKER", "/usr/bin/docker")
+# The CLI docker/engine.sh uses (`make test-container` exports it as DOCKER).
+DOCKER = (
+    os.environ.get("DOCKER")
+    or subprocess.run([str(REPO / "docker/engine.sh"), "cli"], capture_output=True, text=True).stdout.strip()
+)
 PROJECT = "triton-ort-test"
-HTTP_URL = "127.0.0.1:18500"
-GRPC_URL = "127.0.0.1:18501"
+PORTS = {"HTTP_PORT": "18500", "GRPC_PORT": "18501", "METRICS_PORT": "18502"}
+HTTP_URL = f"127.0.0.1:{PORTS['HTTP_PORT']}"
+GRPC_URL = f"127.0.0.1:{PORTS['GRPC_PORT']}"
 IMAGES = ("triton-ort/server:23.12", "triton-ort/client:latest")
-BASE_FILES = ("docker/compose.yaml", "docker/compose.cpu.yaml", "tests/container/compose.test.yaml")
+BASE_FILES = ("docker/compose.yaml", "docker/compose.cpu.yaml", "docker/compose.local.yaml")
 
 
 def _blocker() -> str | None:
@@ -62,7 +69,8 @@ class Compose:
 
     def __init__(self, extra: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
         self.files = [*BASE_FILES, *extra]
-        self.env = {**os.environ, "TRITON_ORT_TEST_MEMLOCK": str(_memlock_limit()), **(env or {})}
+        ports = {f"TRITON_ORT_{name}": port for name, port in PORTS.items()}
+        self.env = {**os.environ, **ports, "TRITON_ORT_MEMLOCK": str(_memlock_limit()), **(env or {})}
 
     def __call__(
         self, *args: str, check: bool = True, timeout: float = 300
@@ -91,6 +99,44 @@ class Compose:
 
     def logs(self) -> str:
         return self("logs", "--no-color", "triton", check=False).stdout
+
+
+TWO_LINES = 'backend: "onnxruntime_zerocopy"\nmax_batch_size: 8\n'
+
+
+def repository(root: Path, name: str, onnx: bytes) -> Path:
+    """A repository of one model with the README's two-line config; readable by the container's uid 1000."""
+    (root / name / "1").mkdir(parents=True)
+    (root / name / "config.pbtxt").write_text(TWO_LINES)
+    (root / name / "1" / "model.onnx").write_bytes(onnx)
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return root
+
+
+MAKE_VARIABLES = ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")
+
+
+def make(*args: str, timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`make ARGS` in the checkout, as a user runs it; on a timeout its whole process group is killed."""
+    process = subprocess.Popen(
+        ["make", "--no-print-directory", *args],
+        cwd=REPO,
+        # as from a shell, not as a sub-make of `make test-container`
+        env={**{k: v for k, v in os.environ.items() if k not in MAKE_VARIABLES}, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        ran = f"make {' '.join(args)} ran past {timeout} s"
+        raise AssertionError(f"{ran}:\n{stdout[-2000:]}\n{stderr[-2000:]}") from None
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def docker(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:

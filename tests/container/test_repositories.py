@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.container.conftest import GRPC_URL, HTTP_URL, IMAGES, Compose, docker, inspect
-
-TWO_LINES = 'backend: "onnxruntime_zerocopy"\nmax_batch_size: 8\n'
+from tests.container.conftest import GRPC_URL, HTTP_URL, IMAGES, Compose, docker, inspect, repository
 
 
 @pytest.fixture(scope="module")
@@ -26,16 +24,6 @@ def demo_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     finally:
         docker("rm", created)
     return target
-
-
-def repository(root: Path, name: str, onnx: bytes) -> Path:
-    """A repository of one model with the README's two-line config; readable by the container's uid 1000."""
-    (root / name / "1").mkdir(parents=True)
-    (root / name / "config.pbtxt").write_text(TWO_LINES)
-    (root / name / "1" / "model.onnx").write_bytes(onnx)
-    for path in [root, *root.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    return root
 
 
 @pytest.fixture

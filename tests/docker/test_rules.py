@@ -34,6 +34,7 @@ def compose() -> dict[str, Config]:
         ("gpu", ["compose.yaml"]),
         ("cpu", ["compose.yaml", "compose.cpu.yaml"]),
         ("mounted", ["compose.yaml", "compose.models.yaml"]),
+        ("local", ["compose.yaml", "compose.cpu.yaml", "compose.local.yaml"]),
     ):
         config, error = rules.render_compose(command, DOCKER, [DOCKER / f for f in files], env)
         assert config is not None, f"{label}: {error}"
@@ -50,6 +51,18 @@ def test_the_real_files_pass(compose: dict[str, Config]) -> None:
     assert rules.compose_problems(compose["gpu"], gpu=True) == []
     assert rules.compose_problems(compose["cpu"], gpu=False) == []
     assert rules.compose_problems(compose["mounted"], gpu=True, mounted=True) == []
+    assert rules.local_compose_problems(compose["local"]) == []
+
+
+def test_up_local_bound_beyond_loopback_or_on_a_bridge_is_reported(compose: dict[str, Config]) -> None:
+    config = copy.deepcopy(compose["local"])
+    del _triton(config)["environment"]["TRITON_BIND_ADDRESS"]
+    _client(config)["network_mode"] = "bridge"
+    problems = rules.local_compose_problems(config)
+    assert any("TRITON_BIND_ADDRESS" in p for p in problems), problems
+    assert any("client: network_mode" in p for p in problems), problems
+    # The GPU variant, as it is, is no up-local variant.
+    assert rules.local_compose_problems(compose["gpu"])
 
 
 def _triton(config: Config) -> Any:
