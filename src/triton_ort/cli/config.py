@@ -38,6 +38,8 @@ def _merge(entries: Any, completed: tuple[dict[str, Any], ...]) -> None:
         entry.data_type = model_config_pb2.DataType.Value(str(tensor["data_type"]))
         entry.ClearField("dims")
         entry.dims.extend(int(d) for d in tensor["dims"])
+        if "optional" in tensor:  # an overridable input (inputs only: ModelOutput has no such field)
+            entry.optional = bool(tensor["optional"])
 
 
 def completed_config(model_dir: Path) -> tuple[model_config_pb2.ModelConfig, str | None]:
