@@ -44,8 +44,10 @@ def test_the_cost_of_running_a_quantized_models_requests_apart_is_measured(tmp_p
     """--quantized: a graph that mixes rows; its requests run apart agree with each run alone."""
     out = tmp_path / "apart.json"
     finished = subprocess.run(
-        [sys.executable, "-m", "client.bench_gather", "--device", "cpu", "--requests-per-execute", "4"]
-        + ["--quantized", "--calls", "20", "--warmup", "2", "--json", str(out)],
+        [
+            *(sys.executable, "-m", "client.bench_gather", "--device", "cpu", "--requests-per-execute", "4"),
+            *("--quantized", "--calls", "20", "--warmup", "2", "--json", str(out)),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
