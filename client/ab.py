@@ -25,46 +25,19 @@ from typing import Any
 
 import numpy as np
 import torch
-import tritonclient.grpc as grpcclient
 
-from client.bench import BATCH, _sync_load, aligned, environment, serving, transport_for_ours
-from client.bench_hooks import write_report
-from client.load import Workload, load_in_processes, request_workers
-from triton_ort.testing.reference import compare
+from client.bench_common import (
+    BATCH,
+    ROOT,
+    aligned,
+    host_environment,
+    measure_point,
+    serving,
+    write_report,
+)
+from client.load import Workload
 from triton_ort.testing.server import exit_on_termination
-from triton_ort.testing.transport import STAGES, ModelStatistics
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def measure(
-    url: str, served: str, work: Workload, concurrency: int, args: argparse.Namespace
-) -> dict[str, Any]:
-    """One point: p50, rate, Triton's stages and requests per execute over `args.seconds`."""
-    client = grpcclient.InferenceServerClient(url)
-    transport = transport_for_ours()
-    with request_workers(client, served, transport, work, 1) as (workers, ask):
-        if "_null_" in served:  # zeros: nothing to check
-            ask()
-        elif problems := compare(ask(), work.reference, rtol=2e-3, atol=2e-3):
-            raise SystemExit(f"{served}: WRONG ANSWER: {problems}")
-        before = ModelStatistics.read(client, served)
-        if concurrency == 1:
-            timing = argparse.Namespace(warmup=args.warmup, duration=args.seconds, min_requests=20)
-            latencies, wall = _sync_load(client, served, workers[0], timing)
-            rate = len(latencies) / wall
-    if concurrency > 1:
-        latencies, rate = load_in_processes(
-            url, served, transport, work, concurrency, args.client_processes, (args.warmup, args.seconds)
-        )
-    after = ModelStatistics.read(client, served)
-    executes = after.executions - before.executions
-    return {
-        "p50_us": float(np.percentile(np.array(latencies) * 1e6, 50)),
-        "requests_per_s": rate,
-        "stages_us": after.stage_us(before),
-        "requests_per_execute": (after.requests - before.requests) / max(executes, 1),
-    }
+from triton_ort.testing.transport import STAGES
 
 
 def run_rounds(args: argparse.Namespace) -> dict[str, dict[str, list[dict[str, Any]]]]:
@@ -77,7 +50,7 @@ def run_rounds(args: argparse.Namespace) -> dict[str, dict[str, list[dict[str, A
             order = served[round_ % len(served) :] + served[: round_ % len(served)]
             for name in order:
                 for concurrency in args.concurrency:
-                    point = measure(server.grpc_url, name, work, concurrency, args)
+                    point = measure_point(server.grpc_url, name, work, concurrency, args)
                     points[name].setdefault(str(concurrency), []).append(point)
                     print(
                         f"round {round_ + 1} {name} c={concurrency}: p50 {point['p50_us']:.0f} us, "
@@ -182,7 +155,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     report: dict[str, Any] = {
-        "environment": environment(),
+        "environment": host_environment(),
         "command": " ".join(["python -m client.ab", *sys.argv[1:]]),
         "label": args.label,
     }

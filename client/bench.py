@@ -24,14 +24,13 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,13 +44,20 @@ try:
 except ImportError:  # a host with a preinstalled stack and no package index: no progress line there
     tqdm = None
 
+from client.bench_common import (
+    BATCH,
+    ROOT,
+    aligned,
+    host_environment,
+    serving,
+    sync_load,
+    transport_for_ours,
+    write_report,
+)
 from client.load import Workload, load_in_processes, request_workers
 from triton_ort.testing.reference import compare
 from triton_ort.testing.server import exit_on_termination
 from triton_ort.testing.transport import STAGES, ModelStatistics
-
-ROOT = Path(__file__).resolve().parent.parent
-BATCH = {"demo": 100, "mlp1024": 256, "mlp4096": 1024}
 
 
 @dataclass
@@ -110,22 +116,6 @@ def _note(text: str) -> None:
         tqdm.write(text, file=sys.stderr)
 
 
-def aligned(
-    header: Sequence[str], rows: Sequence[Sequence[str]], numbers: range = range(0), sep: str = "  "
-) -> str:
-    """A text table whose columns are as wide as their widest cell: the columns in `numbers`
-    right-aligned, the others left-aligned; a dashed line under the header."""
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        return sep.join(
-            cell.rjust(width) if i in numbers else cell.ljust(width)
-            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
-
-    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
-
-
 def measure_floor(
     onnx_path: Path,
     model: str,
@@ -182,26 +172,6 @@ def measure_floor(
     )
 
 
-def _sync_load(
-    client: grpcclient.InferenceServerClient,
-    model: str,
-    worker: tuple[list[Any], list[Any]],
-    args: argparse.Namespace,
-) -> tuple[list[float], float]:
-    inputs, outputs = worker
-    warm_until = time.perf_counter() + args.warmup
-    while time.perf_counter() < warm_until:
-        client.infer(model, inputs, outputs=outputs)
-    latencies: list[float] = []
-    started = time.perf_counter()
-    stop_at = started + args.duration
-    while time.perf_counter() < stop_at or len(latencies) < args.min_requests:
-        t0 = time.perf_counter()
-        client.infer(model, inputs, outputs=outputs)
-        latencies.append(time.perf_counter() - t0)
-    return latencies, time.perf_counter() - started
-
-
 def measure_server(
     url: str,
     model: str,
@@ -224,7 +194,7 @@ def measure_server(
             raise SystemExit(f"{label}: WRONG ANSWER: {problems}")
         before = ModelStatistics.read(client, served_name) if stats else None
         if concurrency == 1:
-            latencies, wall = _sync_load(client, served_name, workers[0], args)
+            latencies, wall = sync_load(client, served_name, workers[0], args)
             rate = len(latencies) / wall
     if concurrency > 1:
         timing = (args.warmup, args.duration)
@@ -302,10 +272,6 @@ def pytriton_server(onnx_path: Path, name: str) -> Iterator[str]:
                     process.wait()
 
 
-def transport_for_ours() -> str:
-    return "cuda-shm" if torch.cuda.is_available() else "numpy"
-
-
 def auto_placement(work: Workload) -> str:
     """Where output_placement 'auto' puts this workload's outputs with the default crossover."""
     from triton_ort import ModelOptions
@@ -313,21 +279,6 @@ def auto_placement(work: Workload) -> str:
     if not torch.cuda.is_available():
         return "host"
     return "host" if work.output_bytes <= ModelOptions().host_output_max_bytes else "device"
-
-
-def serving(repository: Path, models: list[str], **kwargs: Any) -> contextlib.AbstractContextManager[Any]:
-    """Our tritonserver with only `models` loaded (the repository also holds the sweep's variants).
-    2 GiB of CUDA pool: 16 requests of the 4096-wide MLP carry 16 MiB in and out each."""
-    from triton_ort.testing.server import LocalTritonServer
-
-    loads = [f"--load-model={name}" for name in models]
-    return LocalTritonServer(
-        repository,
-        cuda_memory_pool_bytes=2 << 30,
-        extra_args=["--model-control-mode=explicit", *loads],
-        startup_timeout_s=600,
-        **kwargs,
-    )
 
 
 def profile_executes(repository: Path, models: list[str], args: argparse.Namespace) -> dict[str, Any]:
@@ -458,12 +409,11 @@ def measure_apart(
 def sweep(repository: Path, models: list[str], args: argparse.Namespace) -> list[Measurement]:
     """Throughput at the top concurrency for each instance count x queue delay (at concurrency 1 nothing
     gathers, and a queue delay only adds itself to the latency)."""
-    from scripts.build_models import SWEEP
-
     results = []
     for model in models:
         work = Workload.build(model, repository, args.batch or BATCH[model])
-        names = [f"{model}_i{count}_d{delay}" for count, delay in SWEEP]
+        # the sweep's variants as scripts/build_models.py --bench wrote them: MODEL_i<instances>_d<delay µs>
+        names = sorted(p.name for p in repository.glob(f"{model}_i*_d*") if p.is_dir())
         with serving(repository, names) as server:
             for name in names:
                 for concurrency in (max(args.concurrency),):
@@ -620,43 +570,6 @@ def results_table(results: list[Measurement]) -> str:
     return aligned(header, rows, numbers=range(3, 10))
 
 
-def cpu_model() -> str:
-    """The CPU's name as /proc/cpuinfo gives it (platform.processor() says only x86_64 on Linux)."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and value.strip():
-                return " ".join(value.split())
-    return platform.processor() or platform.machine()
-
-
-def environment() -> dict[str, str]:
-    import onnxruntime
-
-    info = {
-        "date": time.strftime("%Y-%m-%d"),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "onnxruntime": onnxruntime.__version__,
-        "cpu": cpu_model(),
-        "cores": str(os.cpu_count()),
-    }
-    with contextlib.suppress(Exception):
-        import importlib.metadata
-
-        info["nvidia-pytriton"] = importlib.metadata.version("nvidia-pytriton")
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-        with contextlib.suppress(Exception):
-            info["driver"] = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
-    return info
-
-
 def main() -> None:
     exit_on_termination()  # a stopped bench still stops the servers it started
     parser = argparse.ArgumentParser(
@@ -700,8 +613,7 @@ def main() -> None:
 
     # the command as a user types it (sys.argv[0] is this file's absolute path on this machine)
     command = " ".join(["python -m client.bench", *sys.argv[1:]])
-    report: dict[str, Any] = {"environment": environment(), "command": command}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"environment": host_environment(), "command": command}
     placements: dict[str, str] = {}
     if args.sweep:
         results = sweep(args.repository, args.models, args)
@@ -715,7 +627,7 @@ def main() -> None:
                 placements[model] = auto_placement(Workload.build(model, args.repository, BATCH[model]))
                 results += bench_model(model, server.grpc_url, args.repository, args)
                 _note(f"\n{results_table([m for m in results if m.model == model])}")
-                args.out.write_text(json.dumps({**report, "results": [asdict(m) for m in results]}, indent=2))
+                write_report(args.out, {**report, "results": [asdict(m) for m in results]})
         report["auto_output_placement"] = placements
         report["our_code_per_execute"] = (
             profile_executes(args.repository, args.models, args) if args.profile else {}
@@ -723,7 +635,7 @@ def main() -> None:
     for bar in _progress_bar:
         bar.close()
     report["results"] = [asdict(m) for m in results]
-    args.out.write_text(json.dumps(report, indent=2))
+    write_report(args.out, report)
     tables = [results_table(results)]
     if args.crossover is not None:
         tables.append(crossover_table(results, args.repository))

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from client.bench_hooks import host_info, linear_onnx, write_report
+from client.bench_common import host_environment, linear_onnx, write_report
 from triton_ort import ModelInstance, Tensors
 
 
@@ -131,7 +131,7 @@ def main() -> int:
             for n in args.requests_per_execute
         ]
     report = {
-        "host": host_info(),
+        "host": host_environment(),
         "device": args.device,
         "model": "linear, quantize_dynamic" if args.quantized else "linear",
         "clock": "wall" if args.device == "cuda" else "thread CPU time",

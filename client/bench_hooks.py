@@ -28,22 +28,20 @@ import argparse
 import contextlib
 import importlib.util
 import json
-import platform
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from datetime import date
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
 
+from client.bench_common import ROOT, host_environment, linear_onnx, write_report
 from triton_ort import ModelInstance, Tensors, run_requests
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "model_repository" / "demo_hooks"
 DEMO_ONNX = ROOT / "model_repository" / "demo" / "1" / "model.onnx"
 TARGET_US = 30.0
@@ -55,25 +53,6 @@ def _example_hooks() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def linear_onnx(path: Path) -> Path:
-    """logits[b, 2] = x[b, 2010] @ W: the demo's signature with almost no compute."""
-    import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
-
-    from triton_ort.onnx_files import save_model
-
-    weights = np.random.default_rng(0).standard_normal((2010, 2)).astype(np.float32) / 45
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["np_script_embeddings", "w"], ["np_logits"])],
-        "linear",
-        [helper.make_tensor_value_info("np_script_embeddings", TensorProto.FLOAT, ["batch", 2010])],
-        [helper.make_tensor_value_info("np_logits", TensorProto.FLOAT, ["batch", 2])],
-        initializer=[numpy_helper.from_array(weights, "w")],
-    )
-    # pinned IR: the GPU host's onnx writes IR 14 by default, which its ORT 1.31.1 does not read
-    return save_model(graph, path)
 
 
 def _config(onnx_file: Path) -> dict[str, Any]:
@@ -183,24 +162,6 @@ def measure(ways: Ways, device: str, rows: int, calls: int, warmup: int) -> dict
     }
 
 
-def write_report(path: Path, report: dict[str, Any]) -> None:
-    """An in-process or A/B measurement's JSON (bench_hooks, bench_gather, ab), its folder made."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
-
-
-def host_info() -> dict[str, Any]:
-    """The machine an in-process measurement ran on (bench_hooks, bench_gather)."""
-    return {
-        "date": date.today().isoformat(),
-        "machine": platform.node(),
-        "cpu": platform.processor() or platform.machine(),
-        "cores": len(__import__("os").sched_getaffinity(0)),
-        "torch": torch.__version__,
-        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-    }
-
-
 def _table(results: list[dict[str, Any]]) -> Iterator[str]:
     yield (
         "| model | rows | runner + ops inline | library + ops inline | library with hooks "
@@ -235,7 +196,7 @@ def main() -> int:
             results += [measure(ways, args.device, rows, args.calls, args.warmup) for rows in args.rows]
     clock = "wall" if args.device == "cuda" else "thread CPU time"
     report = {
-        "host": host_info(),
+        "host": host_environment(),
         "device": args.device,
         "clock": clock,
         "target_us": TARGET_US,

@@ -3,7 +3,8 @@
     python -m client.profile_stub --models demo --json results/profile-gpu.json
 
 One tritonserver serves the benchmark repository's variants of a model (ours, naive, the null models);
-each is driven in turn by one synchronous client at concurrency 1 (CUDA shared memory on a GPU host), while
+each is driven in turn by one synchronous client at concurrency 1 (CUDA shared memory on a GPU host; with
+--concurrency N by client.bench's load processes sharing N requests in flight), while
 `py-spy record --nonblocking --idle --threads` samples every stub of that model. Non-blocking: the stub is
 never paused (a paused stub misses the server's health checks, and native unwinding of the stripped stub
 binary gave no symbols). A native call is then seen at the Python line that made it, so each sample inside
@@ -37,12 +38,11 @@ from typing import Any
 
 import tritonclient.grpc as grpcclient
 
-from client.bench import BATCH, _sync_load, aligned, serving, transport_for_ours
-from client.load import Workload, request_workers
+from client.bench_common import BATCH, ROOT, aligned, serving, sync_load, transport_for_ours
+from client.load import Workload, load_in_processes, request_workers
 from triton_ort.testing.processes import stub_processes
 from triton_ort.testing.transport import ModelStatistics
 
-ROOT = Path(__file__).resolve().parent.parent
 SHARES = ("ort", "gpu_wait", "torch", "stub_objects", "python")
 # Variants of each model in the benchmark repository (scripts/build_models.py --bench).
 DEFAULT_VARIANTS = ("", "_naive", "_null_host", "_null_hostdl", "_null_pinned", "_null_device")
@@ -122,7 +122,7 @@ def profile_model(
         raise SystemExit(f"{served}: no stub found")
     with request_workers(client, served, transport_for_ours(), work, 1) as (workers, ask):
         ask()
-        _sync_load(
+        sync_load(
             client, served, workers[0], argparse.Namespace(warmup=args.warmup, duration=0.1, min_requests=1)
         )
         before = ModelStatistics.read(client, served)
@@ -152,12 +152,23 @@ def profile_model(
             for pid, out in zip(pids, outputs, strict=True)
         ]
         time.sleep(1.0)  # py-spy attaches
-        latencies, _ = _sync_load(
-            client,
-            served,
-            workers[0],
-            argparse.Namespace(warmup=0.0, duration=args.seconds - 2, min_requests=1),
-        )
+        if args.concurrency == 1:
+            latencies, _ = sync_load(
+                client,
+                served,
+                workers[0],
+                argparse.Namespace(warmup=0.0, duration=args.seconds - 2, min_requests=1),
+            )
+        else:  # the load of client.bench's top point: client processes sharing the concurrency
+            latencies, _ = load_in_processes(
+                server.grpc_url,
+                served,
+                transport_for_ours(),
+                work,
+                args.concurrency,
+                args.client_processes,
+                (0.0, args.seconds - 2),
+            )
         after = ModelStatistics.read(client, served)
         errors = []
         for sampler in samplers:
@@ -192,7 +203,9 @@ def profile_model(
         "model": model,
         "served": served,
         "stubs": len(pids),
+        "concurrency": args.concurrency,
         "executes": executes,
+        "requests_per_execute": round((after.requests - before.requests) / max(executes, 1), 2),
         "p50_us": round(latencies[len(latencies) // 2] * 1e6, 1),
         "stages_us": stages,
         "samples": dict(shares),
@@ -232,6 +245,10 @@ def main() -> None:
     parser.add_argument(
         "--py-spy", default=shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     )
+    parser.add_argument(
+        "--concurrency", type=int, default=1, help="requests in flight while sampled (>1: load processes)"
+    )
+    parser.add_argument("--client-processes", type=int, default=8)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     served = [model + variant for model in args.models for variant in args.variants]

@@ -45,7 +45,7 @@ from typing import Any, NamedTuple, Protocol
 import onnx
 
 from .dtypes import ELEMENT_TYPES, ZIPMAP_HINT, ElementType, from_onnx_type
-from .errors import ConfigError
+from .errors import ConfigError, unreadable_onnx_file
 from .options import parameters_from_model_config, parse_options
 from .sequence import control_inputs
 from .signature import Dim, TensorSpec, one_value_per_request, served_dims
@@ -136,9 +136,11 @@ def read_onnx_signature(path: Path) -> OnnxSignature:
         )
     try:
         model = onnx.load(str(path), load_external_data=False)
-        graph = model.graph
     except Exception as error:  # the onnx package raises DecodeError and others for a damaged file
-        raise ConfigError(f"{str(path)!r} is not a readable ONNX file: {error}") from error
+        raise unreadable_onnx_file(path, error) from error
+    if not model.HasField("graph"):  # an empty file parses as an empty ModelProto
+        raise unreadable_onnx_file(path, "it holds no graph (an empty file, or not an ONNX model)")
+    graph = model.graph
     weights = {tensor.name: tensor for tensor in graph.initializer}
     # Models exported with IR < 4 list every weight as a graph input too; ONNX Runtime overrides none of
     # them (InferenceSession.get_overridable_initializers() is empty), so neither does a request.

@@ -48,6 +48,12 @@ class Unavailable(InferenceError):
     retryable = True
 
 
+def unreadable_onnx_file(path: object, detail: object) -> ConfigError:
+    """The one message for an ONNX file that cannot be parsed, whoever reads it (the onnx package at
+    auto-complete and in `triton-ort config`, ONNX Runtime at load), with the reader's own error after it."""
+    return ConfigError(f"{str(path)!r} is not a readable ONNX file: {detail}")
+
+
 def triton_code(error: BaseException) -> TritonCode:
     """The pb_utils.TritonError code name for a request's failure (the adapter maps name -> constant)."""
     if isinstance(error, InputError):

@@ -342,11 +342,16 @@ def _rows(tensors: Mapping[str, torch.Tensor]) -> int:
     return int(next(iter(tensors.values())).shape[0])
 
 
-def check_config_around_hooks(model_config: Mapping[str, Any], hooks: Hooks, runner: IOBindingRunner) -> None:
-    """The load-time check of config.pbtxt against the ONNX file, for the sides no hook stands on: the
-    inputs when there is no preprocess, the outputs when there is no postprocess. A hook may change
-    names, dtypes and shapes, so its side is checked on each run instead (HookedRunner)."""
+def check_config_around_hooks(
+    model_config: Mapping[str, Any],
+    hooks: Hooks,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+) -> None:
+    """The load-time check of config.pbtxt against the ONNX file's `inputs` and `outputs`, for the sides
+    no hook stands on: the inputs when there is no preprocess, the outputs when there is no postprocess. A
+    hook may change names, dtypes and shapes, so its side is checked on each run instead (HookedRunner)."""
     if hooks.preprocess is None:
-        check_config({**model_config, "output": []}, runner.inputs, ())
+        check_config({**model_config, "output": []}, inputs, ())
     if hooks.postprocess is None:
-        check_config({**model_config, "input": []}, (), runner.outputs)
+        check_config({**model_config, "input": []}, (), outputs)

@@ -14,15 +14,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import ConfigError, InferenceError, InputError, ProviderError
+from .errors import InferenceError, InputError, ProviderError
 from .gather import Result, Runs, run_requests
-from .hooks import ClientSpecs, HookedRunner, Hooks, check_config_around_hooks
+from .hooks import ClientSpecs, HookedRunner
+from .load_checks import check_tensors, checked_options, load_hooks
 from .metrics import InstanceMetrics, request_rows
-from .options import ModelOptions, options_from_model_config
+from .options import ModelOptions
 from .row_mixing import row_mixing_in_file
 from .runner import IOBindingRunner, OutputPlacement
 from .session import Placement, create_session
-from .signature import Dim, TensorSpec, check_config
+from .signature import Dim, TensorSpec
 from .stats import ExecuteStats
 
 LOGGER = logging.getLogger(__name__)
@@ -72,22 +73,6 @@ def _cpu_thread_policy(options: ModelOptions) -> ModelOptions:
     return dataclasses.replace(options, intra_op_num_threads=threads, allow_spinning=spinning)
 
 
-def check_warmup_batch_sizes(batch_sizes: Sequence[int], max_batch_size: int) -> None:
-    """The `warmup` parameter's batch sizes must be ones Triton could send this model."""
-    if max_batch_size > 0:
-        too_large = [size for size in batch_sizes if size > max_batch_size]
-        if too_large:
-            raise ConfigError(
-                f"parameter 'warmup': batch size {too_large[0]} is above max_batch_size {max_batch_size} "
-                f"(expected batch sizes from 1 to {max_batch_size})"
-            )
-    elif any(size != 1 for size in batch_sizes):
-        raise ConfigError(
-            f"parameter 'warmup': batch sizes {','.join(map(str, batch_sizes))} need a batch axis, but "
-            "max_batch_size is 0 (expected true or false for this model)"
-        )
-
-
 class ModelInstance:
     """Session, IO binding and request gathering for one Triton model instance, built once at load."""
 
@@ -99,10 +84,11 @@ class ModelInstance:
         device_id: int,
         metrics: InstanceMetrics | None = None,
     ) -> None:
-        self.options: ModelOptions = options_from_model_config(model_config)
+        # The checks that need no session or device come from load_checks, which `triton-ort config`
+        # runs offline in the same order: its refusals are the load's.
+        self.options: ModelOptions = checked_options(model_config)
         self.metrics = metrics
         self.max_batch_size = int(model_config.get("max_batch_size", 0))
-        check_warmup_batch_sizes(self.options.warmup, self.max_batch_size)
         gpu = instance_kind.upper() == "GPU"
         if not gpu:
             # On CPU, torch only moves and concatenates tensors and ORT's thread pool computes; torch's own
@@ -115,7 +101,7 @@ class ModelInstance:
         )
         if not gpu:
             self.options = _cpu_thread_policy(self.options)
-        hooks = Hooks.load(version_dir / self.options.hooks) if self.options.hooks else None
+        hooks = load_hooks(version_dir, self.options)
         session = create_session(version_dir / self.options.onnx_file, self.options, placement)
         output_placement = OutputPlacement(self.options.output_placement, self.options.host_output_max_bytes)
         self.runner = IOBindingRunner(
@@ -132,15 +118,14 @@ class ModelInstance:
         # a model without hooks pays nothing for them) the runner with its hooks around it.
         self._pipeline: Runs = self.runner
         self._request_specs: tuple[TensorSpec, ...] = self.runner.inputs
+        check_tensors(model_config, self.runner.inputs, self.runner.outputs, hooks, self.runner.overridable)
         # Overridable inputs of one value per request, as the model takes them (_one_value_inputs).
         self._one_value: dict[str, TensorSpec] = {}
         if hooks is None:
-            check_config(model_config, self.runner.inputs, self.runner.outputs, self.runner.overridable)
             self._one_value = {
                 s.name: s for s in self.runner.overridable if s.name in self.runner.shared_inputs
             }
         else:
-            check_config_around_hooks(model_config, hooks, self.runner)
             client = ClientSpecs.from_model_config(model_config)
             self._pipeline = HookedRunner(self.runner, hooks, client, output_placement)
             self._request_specs = client.inputs

@@ -131,7 +131,7 @@ def _parse_auto_bool(what: str, raw: str) -> bool | None:
         return _parse_bool(what, raw)
     except ConfigError:
         raise ConfigError(
-            f"{what}: {raw!r} is not auto or a boolean (expected auto, yes/no, true/false, 1/0 or on/off)"
+            f"{what}: {raw!r} is not a boolean or auto (expected auto, yes/no, true/false, 1/0 or on/off)"
         ) from None
 
 

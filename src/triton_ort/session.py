@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnxruntime as ort
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidProtobuf
 
-from .errors import ConfigError, ProviderError
+from .errors import ConfigError, ProviderError, unreadable_onnx_file
 from .options import ModelOptions
 
 LOGGER = logging.getLogger(__name__)
@@ -241,8 +242,11 @@ def _new_session(
     """The session, and the error ORT printed if a provider failed and ORT retried with fewer providers or
     default options ("EP Error ... Falling back to ..."), which the checks after this report."""
     captured = io.StringIO()
-    with contextlib.redirect_stdout(captured):
-        session = ort.InferenceSession(str(model_path), _session_options(options), providers=providers)
+    try:
+        with contextlib.redirect_stdout(captured):
+            session = ort.InferenceSession(str(model_path), _session_options(options), providers=providers)
+    except InvalidProtobuf as error:  # a damaged file, or not an ONNX file: the message auto-complete gives
+        raise unreadable_onnx_file(model_path, error) from error
     # a provider failure while running raises, instead of ORT re-running the request on CPU
     session.disable_fallback()
     printed = captured.getvalue()

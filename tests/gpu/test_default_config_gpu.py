@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from tests.integration.test_readme import readme_blocks
-from tests.paths import Tolerance, demo_onnx
+from tests.paths import TF32_TOLERANCE, demo_onnx
 from triton_ort.autocomplete import ZERO_COPY_LINE
 from triton_ort.copy_counter import cupti_counts_from_log
 from triton_ort.stats import ExecuteStats
@@ -29,8 +29,7 @@ from triton_ort.testing.waiting import wait_for
 pytestmark = pytest.mark.gpu
 T = TypeVar("T")
 
-# ORT's CUDA EP uses TF32 for fp32 GEMMs on Hopper: results differ from CPU fp32 in the last bits.
-TF32: Tolerance = {"rtol": 2e-3, "atol": 2e-3}
+TF32 = TF32_TOLERANCE  # ORT's CUDA EP computes fp32 GEMMs in TF32 by default
 ROWS = 8  # the headline config's max_batch_size
 
 

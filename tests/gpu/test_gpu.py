@@ -23,7 +23,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from tests import graphs
 from tests.dlpack_layout import python_backend_accepts
-from tests.paths import Tolerance, demo_onnx
+from tests.paths import TF32_TOLERANCE, demo_onnx
 from tests.repository import build_test_repository
 from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
 from triton_ort import runner as runner_module
@@ -44,8 +44,7 @@ from triton_ort.testing.waiting import wait_for
 pytestmark = pytest.mark.gpu
 T = TypeVar("T")
 
-# ORT's CUDA EP uses TF32 for fp32 GEMMs on Hopper: results differ from CPU fp32 in the last bits.
-TF32: Tolerance = {"rtol": 2e-3, "atol": 2e-3}
+TF32 = TF32_TOLERANCE  # ORT's CUDA EP computes fp32 GEMMs in TF32 by default
 
 
 def cuda_runner(path: Path, stream: torch.cuda.Stream) -> IOBindingRunner:

@@ -29,7 +29,7 @@ import pytest
 import torch
 from numpy.typing import NDArray
 
-from tests.paths import ROOT, Tolerance, demo_onnx
+from tests.paths import ROOT, TF32_TOLERANCE, demo_onnx
 from triton_ort.copy_counter import cupti_counts_from_log, device_copy_counts_from_log
 from triton_ort.stats import ExecuteStats
 from triton_ort.testing.repository import read_config, write_config
@@ -40,7 +40,7 @@ pytestmark = [
     pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs at least two CUDA GPUs"),
 ]
 T = TypeVar("T")
-TF32: Tolerance = {"rtol": 2e-3, "atol": 2e-3}  # ORT's CUDA EP uses TF32 for fp32 GEMMs on Hopper
+TF32 = TF32_TOLERANCE  # ORT's CUDA EP computes fp32 GEMMs in TF32 by default
 POOL_BYTES = 256 << 20
 STUB = "triton_python_backend_stub"
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -140,6 +142,33 @@ def test_a_sklearn_classifier_loads_with_two_lines_and_answers_like_onnx_runtime
         _close(name, got, want)
 
     _check_answers(server, "sk_pipe", onnx_path, requests * 4, compare)
+
+
+def test_infer_expect_compares_onnx_runtimes_label_in_the_served_shape(served: Any, tmp_path: Path) -> None:
+    """`triton-ort infer --expect` with ONNX Runtime's own outputs of the classifier: its label [N] is
+    answered [N, 1] (the config's reshape) and matches; a shape the config does not map still fails."""
+    server, onnx_path = _exported(served, "sk_pipe")
+    x = np.random.default_rng(5).standard_normal((5, exported.FEATURES)).astype(np.float32)
+    want = reference_outputs(onnx_path, {"X": x})
+    assert want["label"].shape == (5,)
+    np.save(tmp_path / "x.npy", x)
+    np.savez(tmp_path / "expected.npz", **want)
+    np.savez(tmp_path / "flat.npz", **{**want, "probabilities": want["probabilities"].reshape(-1)})
+    command = [str(Path(sys.executable).parent / "triton-ort"), "infer", "sk_pipe", "--url", server.http_url]
+    command += ["--input", f"X={tmp_path / 'x.npy'}", *(f"--{k}={v}" for k, v in SERVER_TOLERANCE.items())]
+
+    def expect(archive: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*command, "--expect", str(tmp_path / archive)], capture_output=True, text=True, timeout=120
+        )
+
+    matched = expect("expected.npz")
+    assert matched.returncode == 0 and "OK: outputs match" in matched.stdout, matched.stdout + matched.stderr
+    assert "label int64[5, 1]" in matched.stdout  # the client still sees the served shape
+    flat = expect("flat.npz")
+    assert flat.returncode == 1, flat.stdout + flat.stderr
+    assert "output 'probabilities': got float32[5, 3], expected float32[15]" in flat.stdout, flat.stdout
+    assert "'label'" not in flat.stdout  # the label still matches
 
 
 def test_a_bert_encoder_answers_like_onnx_runtime_at_several_batches_and_lengths(served: Any) -> None:

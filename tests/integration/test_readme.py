@@ -5,22 +5,25 @@ installed `triton-ort` command, against a real tritonserver."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import onnx
 import pytest
 from google.protobuf import text_format
+from onnx import helper
 from tritonclient.grpc import model_config_pb2
 
+from tests import graphs
 from tests.paths import ROOT, demo_onnx
+from tests.user_commands import activated, serving, shell
 from triton_ort.testing.server import free_port
 
 pytestmark = pytest.mark.integration
@@ -30,32 +33,6 @@ BLOCK = re.compile(r"<!-- readme-test: (?P<name>[\w-]+) -->\n```\w*\n(?P<body>.*
 
 def readme_blocks() -> dict[str, str]:
     return {m["name"]: m["body"] for m in BLOCK.finditer((ROOT / "README.md").read_text())}
-
-
-def _run(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", command],
-        cwd=cwd,
-        env=env,
-        text=True,
-        capture_output=True,
-        timeout=300,
-    )
-
-
-def _wait_ready(http_port: int, server: subprocess.Popen[str], timeout_s: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert server.poll() is None, f"the README's serve command exited with {server.returncode}"
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/health/ready", timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    server.send_signal(signal.SIGINT)
-    output, _ = server.communicate(timeout=60)
-    pytest.fail(f"the README's serve command was not ready after {timeout_s:.0f} s:\n{output[-3000:]}")
 
 
 def test_readme_blocks_are_marked() -> None:
@@ -70,23 +47,36 @@ def _checkout_files() -> set[str]:
     return set(listed.stdout.splitlines())
 
 
-def test_serve_your_own_onnx_model_recipe(tmp_path: Path) -> None:
+def _demo(path: Path) -> Path:
+    return Path(shutil.copy(demo_onnx(), path))
+
+
+# your_model.onnx: the demo (one input), and a model of three inputs of three element types, so that the
+# recipe's snippet is shown to take every input's name, type and shape from the file.
+MODELS: dict[str, tuple[Callable[[Path], Path], list[tuple[str, list[int]]]]] = {
+    "demo": (_demo, [("np_script_embeddings", [2010])]),
+    "multi_input": (graphs.multi_io, [("a", [3]), ("b", [4]), ("c", [2])]),
+}
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_serve_your_own_onnx_model_recipe(tmp_path: Path, model: str) -> None:
     """From a folder outside the checkout, in the venv as `activate` sets it up: its bin first on PATH,
     no PYTHONPATH, so `triton-ort` and `python` are the venv's and nothing comes from the checkout."""
     blocks = readme_blocks()
-    shutil.copy(demo_onnx(), tmp_path / "your_model.onnx")
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    env.update(PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", VIRTUAL_ENV=sys.prefix)
+    build, offline_inputs = MODELS[model]
+    build(tmp_path / "your_model.onnx")
+    env = activated(Path(sys.executable).parent, Path(sys.prefix))
     before = _checkout_files()
 
-    layout = _run(blocks["layout"], tmp_path, env)
+    layout = shell(blocks["layout"], tmp_path, env)
     assert layout.returncode == 0, layout.stderr
     assert (tmp_path / "my_repository" / "my_model" / "config.pbtxt").read_text() == blocks["config"]
 
-    completed = _run(blocks["completed"], tmp_path, env)
+    completed = shell(blocks["completed"], tmp_path, env)
     assert completed.returncode == 0, completed.stderr
     offline = text_format.Parse(completed.stdout, model_config_pb2.ModelConfig())
-    assert [(t.name, list(t.dims)) for t in offline.input] == [("np_script_embeddings", [2010])]
+    assert [(t.name, list(t.dims)) for t in offline.input] == offline_inputs
     assert (
         offline.max_batch_size == 8
         and offline.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value == "no"
@@ -98,29 +88,22 @@ def test_serve_your_own_onnx_model_recipe(tmp_path: Path) -> None:
         blocks["serve"].partition("#")[0].strip()
         + f" --http-port {http_port} --grpc-port {grpc_port} --metrics-port {metrics_port}"
     )
-    server = subprocess.Popen(
-        ["bash", "-c", f"exec {serve}"],
-        cwd=tmp_path,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        _wait_ready(http_port, server)
+    with serving(serve, tmp_path, env, http_port, tmp_path / "serve.log") as server:
         served = _served_config(http_port, "my_model")
-        expected = _run(f"python - <<'PY'\n{blocks['expected']}PY", tmp_path, env)
+        expected = shell(f"python - <<'PY'\n{blocks['expected']}PY", tmp_path, env)
         assert expected.returncode == 0, expected.stderr
-        check = _run(
+        with np.load(tmp_path / "inputs.npz") as archive:  # every input of the file, by name and type
+            assert {name: archive[name].dtype.name for name in archive.files} == _onnx_input_types(
+                tmp_path / "your_model.onnx"
+            )
+        check = shell(
             blocks["check"].replace("triton-ort infer", f"triton-ort infer --url 127.0.0.1:{http_port}"),
             tmp_path,
             env,
         )
         assert check.returncode == 0, check.stdout + check.stderr
-    finally:
-        server.send_signal(signal.SIGINT)  # Ctrl-C, as the README says
-        output, _ = server.communicate(timeout=60)
-    assert server.returncode == 0, output[-3000:]
+        assert "OK: outputs match expected.npz" in check.stdout, check.stdout
+    assert server.returncode == 0, (tmp_path / "serve.log").read_text()[-3000:]
     # The headline config's third line reaches the python backend: the served config carries it.
     assert served.get("parameters", {}).get("FORCE_CPU_ONLY_INPUT_TENSORS") == {"string_value": "no"}, served
     # Auto-complete's inputs and outputs are what `triton-ort config` printed offline.
@@ -129,6 +112,15 @@ def test_serve_your_own_onnx_model_recipe(tmp_path: Path) -> None:
     ]
     assert [t["name"] for t in served["output"]] == [t.name for t in offline.output]
     assert _checkout_files() <= before, f"the recipe wrote into the checkout: {_checkout_files() - before}"
+
+
+def _onnx_input_types(path: Path) -> dict[str, str]:
+    """The numpy names of the file's input element types, read with onnx (not as the snippet reads them)."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return {
+        tensor.name: helper.tensor_dtype_to_np_dtype(tensor.type.tensor_type.elem_type).name
+        for tensor in graph.input
+    }
 
 
 def _served_config(http_port: int, model: str) -> dict[str, Any]:

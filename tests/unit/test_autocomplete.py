@@ -261,6 +261,13 @@ def test_unreadable_files_are_refused_with_the_reason(tmp_path: Path) -> None:
         read_onnx_signature(tmp_path / "broken.onnx")
 
 
+def test_an_empty_file_is_refused_as_unreadable_not_read_as_a_model_without_tensors(tmp_path: Path) -> None:
+    """The onnx package parses zero bytes as an empty ModelProto; ONNX Runtime refuses it at load."""
+    (tmp_path / "model.onnx").write_bytes(b"")
+    with pytest.raises(ConfigError, match="is not a readable ONNX file: it holds no graph"):
+        read_onnx_signature(tmp_path / "model.onnx")
+
+
 def test_tensor_without_shape_asks_for_dims(tmp_path: Path) -> None:
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["y"])],

@@ -3,6 +3,9 @@ input rules and output summary (against a fake client), and the launcher's --hel
 
 from __future__ import annotations
 
+import argparse
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -14,7 +17,7 @@ from tritonclient.grpc import model_config_pb2
 from tests import graphs
 from triton_ort.cli import main
 from triton_ort.cli.infer import _load_inputs, build_parser, summary
-from triton_ort.cli.request_checks import RequestError
+from triton_ort.cli.request_checks import ModelSignature, RequestError
 
 
 class Done(NamedTuple):
@@ -67,6 +70,111 @@ def test_config_of_a_folder_that_cannot_be_completed_is_one_line(
     assert triton_ort(capsys, "config", str(tmp_path / "nothing")).stderr.count("config.pbtxt") == 1
 
 
+def test_config_prints_the_reshape_of_a_tensor_that_is_only_the_batch_axis(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A [N] input or output is served as dims [1] with an empty reshape: the printed config says so, and
+    pasted into config.pbtxt it passes the same checks again (Triton refuses dims [1] without it)."""
+    folder = tmp_path / "strings"
+    graphs.strings_beside_numbers(folder / "1" / "model.onnx")
+    (folder / "config.pbtxt").write_text('backend: "onnxruntime_zerocopy"\n')
+    done = triton_ort(capsys, "config", str(folder))
+    assert done.returncode == 0, done.stderr
+    config = text_format.Parse(done.stdout, model_config_pb2.ModelConfig())
+    reshaped = {t.name: (list(t.dims), t.HasField("reshape")) for t in (*config.input, *config.output)}
+    assert reshaped == {"s": ([1], True), "x": ([2], False), "t": ([1], True), "y": ([2], False)}
+    assert all(list(t.reshape.shape) == [] for t in (*config.input, *config.output))
+    (folder / "config.pbtxt").write_text(done.stdout)
+    again = triton_ort(capsys, "config", str(folder))
+    assert again.returncode == 0 and again.stdout == done.stdout, again.stderr
+
+
+SEQUENCE_STATE = (
+    'sequence_batching { state [ { input_name: "x", output_name: "y", data_type: TYPE_FP16, dims: [ 3 ] } ] }'
+)
+
+
+@pytest.mark.parametrize(
+    ("config", "reason"),
+    [
+        ('backend: "onnxruntime_zerocoppy"', "backend 'onnxruntime_zerocoppy' is not one the server has"),
+        ('input [ { name: "a", data_type: TYPE_FP16, dims: [ 5 ] } ]', "axis 1 is 5 in config.pbtxt but 3"),
+        ('input [ { name: "A", data_type: TYPE_FP16, dims: [ 3 ] } ]', "config input 'A' is not in the ONNX"),
+        ('input [ { name: "A", dims: [ 3 ] } ]', "config input 'A' must specify 'data_type' (Triton refuses"),
+        (
+            'input [ { name: "a", data_type: TYPE_FP32, dims: [ 3 ] } ]',
+            "config says FP32, the ONNX file says",
+        ),
+        ('output [ { name: "b_sum", data_type: TYPE_INT64, dims: [ 4 ] } ]', "axis 1 is 4 in config.pbtxt"),
+        ('parameters { key: "gather_requests" value { string_value: "maybe" } }', "'maybe' is not a boolean"),
+        ('parameters { key: "gather_request" value { string_value: "1" } }', "unknown parameter 'gather_req"),
+        (
+            'parameters { key: "warmup" value { string_value: "1,8" } }',
+            "batch size 8 is above max_batch_size 4",
+        ),
+        (
+            "optimization { cuda { graphs: true busy_wait_events: true } }",
+            "optimization.cuda.busy_wait_events",
+        ),
+        (SEQUENCE_STATE, "sequence_batching.state (implicit state, inputs ['x']) is not served"),
+        ('parameters { key: "hooks" value { string_value: "hooks.py" } }', "hooks module"),
+    ],
+)
+def test_config_refuses_what_the_load_refuses_with_the_loads_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], config: str, reason: str
+) -> None:
+    """The load's checks that need no GPU (tests/integration/test_offline_config.py compares each with a
+    real server's load error): non-zero, nothing on stdout, the reason after the model's name."""
+    folder = tmp_path / "m"
+    graphs.multi_io(folder / "1" / "model.onnx")
+    backend = "" if config.startswith("backend") else 'backend: "onnxruntime_zerocopy"\n'
+    (folder / "config.pbtxt").write_text(backend + config + "\n")
+    done = triton_ort(capsys, "config", str(folder))
+    assert (done.returncode, done.stdout) == (2, ""), done
+    assert done.stderr.startswith("triton-ort config: error: model 'm': ") and reason in done.stderr, done
+
+
+@pytest.mark.parametrize("content", [b"not an onnx file", b""])
+def test_config_calls_a_damaged_or_empty_onnx_file_unreadable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes
+) -> None:
+    folder = model_folder(tmp_path, 'backend: "onnxruntime_zerocopy"\n')
+    (folder / "1" / "model.onnx").write_bytes(content)
+    done = triton_ort(capsys, "config", str(folder))
+    assert done.returncode == 2 and f"{str(folder / '1' / 'model.onnx')!r} is not a readable ONNX file" in (
+        done.stderr
+    ), done.stderr
+
+
+def test_config_imports_the_hooks_module_as_the_load_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = model_folder(
+        tmp_path,
+        'backend: "onnxruntime_zerocopy"\nparameters { key: "hooks" value { string_value: "h.py" } }\n',
+    )
+    (folder / "1" / "h.py").write_text("raise RuntimeError('no such device')\n")
+    done = triton_ort(capsys, "config", str(folder))
+    assert done.returncode == 2 and "h.py failed to import: RuntimeError: no such device" in done.stderr, done
+
+
+def test_config_refuses_a_python_model_that_triton_ort_does_not_serve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = model_folder(tmp_path, 'backend: "python"\n')
+    (folder / "1" / "model.py").write_text("class TritonPythonModel:\n    pass\n")
+    done = triton_ort(capsys, "config", str(folder))
+    assert done.returncode == 2 and "backend 'python' is not served by triton_ort" in done.stderr, done
+
+
+def test_the_offline_config_needs_no_onnx_runtime() -> None:
+    """onnxruntime is an extra (cpu) or the host's own build (onnxruntime-gpu): the load's checks that
+    `config` makes read the graph with the onnx package."""
+    code = "import sys, triton_ort.cli.config\nprint('onnxruntime' in sys.modules)"
+    checked = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (checked.returncode, checked.stdout.strip()) == (0, "False"), checked.stderr
+
+
 def test_an_unknown_command_names_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     done = triton_ort(capsys, "launch")
     assert done.returncode == 1 and "unknown command 'launch'" in done.stderr and "serve" in done.stderr
@@ -117,7 +225,7 @@ PAIR = FakeClient(
 
 def inputs(client: FakeClient, tmp_path: Path, *args: str) -> dict[str, Any]:
     parsed = build_parser("triton-ort").parse_args(["infer", "pair", *args])
-    return _load_inputs(parsed, client, client.metadata)
+    return _load_inputs(parsed, ModelSignature.from_config(client.config), client.metadata)
 
 
 def test_shape_chooses_the_open_axes_of_generated_inputs(tmp_path: Path) -> None:
@@ -131,6 +239,40 @@ def test_an_input_left_out_beside_given_ones_is_named_when_its_axes_are_open(tmp
         inputs(PAIR, tmp_path, "--input", f"x={tmp_path / 'x.npy'}")
     with pytest.raises(RequestError, match=r"input 'y' is not given"):
         inputs(PAIR, tmp_path, "--shape", "x=2,16")
+
+
+def test_inputs_come_by_name_from_one_npz_and_input_files_add_to_it(tmp_path: Path) -> None:
+    x, y = np.ones((2, 16), np.float32), np.zeros((2, 16), np.float32)
+    np.savez(tmp_path / "inputs.npz", x=x, y=y)
+    got = inputs(PAIR, tmp_path, "--inputs", str(tmp_path / "inputs.npz"))
+    assert np.array_equal(got["x"], x) and np.array_equal(got["y"], y)
+    np.savez(tmp_path / "x_only.npz", x=x)
+    np.save(tmp_path / "y.npy", y)
+    got = inputs(
+        PAIR, tmp_path, "--inputs", str(tmp_path / "x_only.npz"), "--input", f"y={tmp_path / 'y.npy'}"
+    )
+    assert sorted(got) == ["x", "y"]
+
+
+@pytest.mark.parametrize(
+    ("archive", "extra", "words"),
+    [
+        ("x.npy", [], r"one array \(\.npy\); expected an \.npz of inputs by name"),
+        ("missing.npz", [], r"cannot read it as an \.npz"),
+        ("inputs.npz", ["--input", "x=X"], r"'x' is in --inputs .* too; give it once"),
+        ("inputs.npz", ["--batch", "2"], r"--batch 2 with --inputs"),
+        ("other.npz", [], r"input 'z': model 'pair' has no such input; expected one of x, y"),
+    ],
+)
+def test_an_inputs_archive_that_cannot_be_sent_is_one_line(
+    tmp_path: Path, archive: str, extra: list[str], words: str
+) -> None:
+    np.save(tmp_path / "x.npy", np.zeros((2, 16), np.float32))
+    np.savez(tmp_path / "inputs.npz", x=np.zeros((2, 16), np.float32), y=np.zeros((2, 16), np.float32))
+    np.savez(tmp_path / "other.npz", z=np.zeros((2, 16), np.float32))
+    extra = [item.replace("=X", f"={tmp_path / 'x.npy'}") for item in extra]
+    with pytest.raises(RequestError, match=words):
+        inputs(PAIR, tmp_path, "--inputs", str(tmp_path / archive), *extra)
 
 
 def test_with_no_input_given_every_input_is_random_with_the_batch_as_before(tmp_path: Path) -> None:
@@ -154,3 +296,25 @@ def test_outputs_are_summarised_in_one_line_unless_full_is_asked() -> None:
     assert "min 0 max 205 mean 102.5" in line, line
     assert summary("np_logits", logits, full=True).count("\n") == 103
     assert summary("flags", np.array([True, False]), full=False).startswith("flags bool[2]  [ True, False]")
+
+
+def _client_commands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser("triton-ort")
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+@pytest.mark.parametrize("command", ["infer", "health", "metadata", "served-config"])
+def test_every_argument_of_the_client_commands_says_what_it_is(command: str) -> None:
+    parser = _client_commands()[command]
+    silent = [a.option_strings[0] if a.option_strings else a.dest for a in parser._actions if not a.help]
+    assert silent == [], f"triton-ort {command}: no help text for {silent}"
+
+
+@pytest.mark.parametrize("command", ["served-config", "metadata", "infer", "health"])
+def test_a_client_commands_help_names_the_command_as_typed(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    done = triton_ort(capsys, command, "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: triton-ort {command} "), done.stdout.splitlines()[0]

@@ -95,3 +95,23 @@ def test_compare_says_what_differs_and_lets_nan_match_nan() -> None:
     assert compare({"y": want["y"].copy(), "i": want["i"].copy()}, want, rtol=0, atol=0) == []
     problems = compare({"y": np.array([1.5, np.nan], np.float32)}, want, rtol=0, atol=0.1)
     assert problems == ["output 'y': max abs difference 0.5 beyond rtol 0, atol 0.1", "output 'i' missing"]
+
+
+# The clients that the client image ships (docker/client.Dockerfile: client/ and the harness, no torch).
+_REQUEST_CLIENTS = ("client.smoke", "client.cli", "client.load", "client.soak", "triton_ort.cli.infer")
+
+
+def test_the_harness_and_the_clients_import_no_torch() -> None:
+    """The harness (every module of triton_ort.testing) and the request clients run where torch is not
+    installed (the client image, a laptop with tritonclient only), and start without its half second."""
+    import pkgutil
+
+    import triton_ort.testing
+
+    harness = [f"triton_ort.testing.{m.name}" for m in pkgutil.iter_modules(triton_ort.testing.__path__)]
+    modules = [*harness, *_REQUEST_CLIENTS]
+    code = f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\n"
+    code += "print('torch' in sys.modules)"
+    checked = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.strip() == "False", f"importing {modules} loaded torch"

@@ -9,13 +9,14 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from triton_ort.backend import BACKEND_NAME
+from triton_ort.testing.repository import check_model
 from triton_ort.testing.server import (
     ServerStartError,
-    check_model,
     check_repository,
     load_errors,
     models_loaded_at_start,
     own_shm_prefix_is_safe,
+    server_backends,
 )
 
 OUR_MODEL_PY = "from triton_ort.backend.model import TritonPythonModel\n"
@@ -118,6 +119,26 @@ def test_a_missing_hooks_module_is_named(tmp_path: Path) -> None:
     assert str(folder / "1" / "hooks.py") in problem
     (folder / "1" / "hooks.py").write_text("")
     assert check_model(folder) == []
+
+
+def test_a_misspelt_backend_is_refused_before_the_start_naming_the_closest_one(tmp_path: Path) -> None:
+    """tritonserver's own error names library paths only; the launcher names the backend it has."""
+    folder = model_folder(tmp_path, "onnxruntime_zerocoppy", ("model.onnx",))
+    assert check_model(folder) == [
+        "model 'm': backend 'onnxruntime_zerocoppy' is not one the server has "
+        "(onnxruntime_zerocopy, python); did you mean onnxruntime_zerocopy?"
+    ]
+    with pytest.raises(ServerStartError, match="did you mean onnxruntime_zerocopy"):
+        check_repository(tmp_path, backends=server_backends())
+    (problem,) = check_model(model_folder(tmp_path / "far", "tensorflow", ()))
+    assert problem.endswith("(onnxruntime_zerocopy, python)"), problem  # nothing close: no guess
+
+
+def test_the_backends_of_an_extra_backend_directory_are_the_servers_too(tmp_path: Path) -> None:
+    (tmp_path / "backends" / "custom").mkdir(parents=True)
+    folder = model_folder(tmp_path / "repository", "custom", ())
+    assert check_model(folder, server_backends([f"--backend-directory={tmp_path / 'backends'}"])) == []
+    assert check_model(folder, server_backends()) != []
 
 
 def test_a_model_is_looked_up_in_every_repository_of_the_server(tmp_path: Path) -> None:

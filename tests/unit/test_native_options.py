@@ -324,3 +324,15 @@ def test_a_gpu_shrinkage_entry_does_not_fail_the_runs_of_a_cpu_instance() -> Non
     instance = ModelInstance(config, demo_onnx().parent, "CPU", 0)
     (result,) = instance.infer([{"np_script_embeddings": torch.rand(2, 2010)}])
     assert isinstance(result, dict), result
+
+
+def test_the_readmes_tf32_lines_turn_tf32_off_in_the_cuda_ep_options() -> None:
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2
+
+    from tests.integration.test_readme import readme_blocks
+
+    block = readme_blocks()["tf32"]
+    config = text_format.Parse('backend: "onnxruntime_zerocopy"\n' + block, model_config_pb2.ModelConfig())
+    options = options_from_model_config(json_format.MessageToDict(config, preserving_proto_field_name=True))
+    assert options.cuda_options == {"use_tf32": "0"}, options

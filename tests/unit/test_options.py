@@ -69,6 +69,6 @@ def test_gather_requests_is_auto_by_default_or_forced_either_way(raw: str, value
 
 def test_a_bad_gather_requests_value_names_the_words_it_takes() -> None:
     with pytest.raises(
-        ConfigError, match=r"parameter 'gather_requests': 'sometimes' is not auto or a boolean"
+        ConfigError, match=r"parameter 'gather_requests': 'sometimes' is not a boolean or auto"
     ):
         parse_options({"gather_requests": "sometimes"})

@@ -87,3 +87,39 @@ def test_variable_axes_take_any_size_and_inputs_must_agree_on_the_batch() -> Non
     assert two.check_inputs({"a": np.zeros((3, 17), np.int64), "b": np.zeros((3, 2), bool)}) == 3
     with pytest.raises(RequestError, match=r"inputs disagree on the batch .*: a 3, b 2"):
         two.check_inputs({"a": np.zeros((3, 17), np.int64), "b": np.zeros((2, 2), bool)})
+
+
+CLASSIFIER = ModelSignature.from_config(
+    {
+        "name": "sk_pipe",
+        "max_batch_size": 8,
+        "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [4]}],
+        "output": [
+            # as the native backend and our auto-complete write a model's [N] output
+            {"name": "label", "data_type": "TYPE_INT64", "dims": [1], "reshape": {"shape": []}},
+            {"name": "probabilities", "data_type": "TYPE_FP32", "dims": [3]},
+        ],
+    }
+)
+
+
+def test_an_output_of_the_models_shape_is_viewed_as_the_config_reshapes_it() -> None:
+    label = np.arange(5, dtype=np.int64)  # what ONNX Runtime answers: [N]
+    served = CLASSIFIER.as_served("label", label, (5, 1))  # the server: [N, 1]
+    assert served.shape == (5, 1) and np.array_equal(served.reshape(-1), label)
+    assert CLASSIFIER.as_served("label", label.reshape(5, 1), (5, 1)).shape == (5, 1)  # already served
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "served"),
+    [
+        ("label", (10,), (5, 1)),  # another batch: not this reshape
+        ("label", (5, 2), (5, 1)),
+        ("probabilities", (15,), (5, 3)),  # no reshape in the config: no view of another shape
+    ],
+)
+def test_only_the_configured_reshape_is_applied(
+    name: str, shape: tuple[int, ...], served: tuple[int, ...]
+) -> None:
+    array = np.zeros(shape, np.float32)
+    assert CLASSIFIER.as_served(name, array, served).shape == shape

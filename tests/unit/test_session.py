@@ -1,6 +1,7 @@
 """A GPU request on a machine whose ORT has no CUDA provider gets our diagnosis, not ORT's error."""
 
 import logging
+from pathlib import Path
 
 import onnxruntime as ort
 import pytest
@@ -37,6 +38,18 @@ def test_missing_onnx_file_is_named(tmp_path: pytest.TempPathFactory) -> None:
         create_session(
             demo_onnx().parent / "nothing.onnx", ModelOptions(onnx_file="nothing.onnx"), Placement("cpu")
         )
+
+
+def test_a_damaged_onnx_file_is_named_unreadable_with_ort_s_own_error_after_it(tmp_path: Path) -> None:
+    """At load the same words as auto-complete and `triton-ort config` say, not ORT's INVALID_PROTOBUF
+    alone."""
+    damaged = tmp_path / "model.onnx"
+    damaged.write_bytes(demo_onnx().read_bytes()[:1000])
+    with pytest.raises(ConfigError) as caught:
+        create_session(damaged, ModelOptions(), Placement("cpu"))
+    message = str(caught.value)
+    assert message.startswith(f"{str(damaged)!r} is not a readable ONNX file: "), message
+    assert "INVALID_PROTOBUF" in message  # ORT's own words, as the detail
 
 
 def test_cuda_options_carry_stream_device_and_copy_mode() -> None:

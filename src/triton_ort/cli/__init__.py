@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 PROG = "triton-ort"
-_CLIENT_COMMANDS = {"infer": "infer", "health": "health", "metadata": "metadata", "served-config": "config"}
+_CLIENT_COMMANDS = ("infer", "health", "metadata", "served-config")  # triton_ort.cli.infer's parser
 _HELP = {
     "serve": "serve a model repository with the local tritonserver (Ctrl-C stops it)",
     "config": "print the auto-completed config.pbtxt of a model folder (offline, no server)",
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
         if command in _CLIENT_COMMANDS:
             from triton_ort.cli.infer import main as client
 
-            client([_CLIENT_COMMANDS[command], *rest], prog=PROG)
+            client([command, *rest], prog=PROG)
         elif command in runners:
             sys.exit(runners[command](rest))
         else:

@@ -1,9 +1,21 @@
-"""`triton-ort config MODEL_DIR`: the config.pbtxt that auto-complete makes of a model folder, offline.
+"""`triton-ort config MODEL_DIR`: the config a model folder is served with, and the load's refusals, offline.
 
-What Triton's auto-complete asks the backend for (triton_ort.autocomplete, the same code the served model
-runs), merged into the folder's own config.pbtxt as Triton merges it: max_batch_size, inputs, outputs and
-dynamic_batching. Triton then fills in its own defaults (instance_group, version_policy, ...), which a
-server's model config endpoint shows and this does not.
+What it prints is what Triton serves for the fields auto-complete owns: the folder's own config.pbtxt with
+what Triton's auto-complete asks the backend for (triton_ort.autocomplete, the same code the served model
+runs) merged in as Triton merges it: max_batch_size, inputs and outputs (data types, dims, and the
+`reshape: { shape: [ ] }` of a tensor that is only the batch axis) and dynamic_batching. Triton then fills
+in its own defaults (instance_group, version_policy, optimization, dynamic_batching's
+preferred_batch_size, each tensor's unset fields), which a server's model config endpoint shows
+(`triton-ort served-config`) and this does not.
+
+Before printing, the folder gets the checks a load makes without a GPU, with the server's own messages:
+the launcher's pre-start check (files, version folders, the backend's name, with the closest one for a
+misspelt name: triton_ort.testing.repository.check_model), then the model instance's checks of the
+completed config (triton_ort.load_checks: parameters and optimization, warm-up batch sizes, the hooks
+module, inputs, outputs and sequence controls against the ONNX file). Any refusal exits non-zero with the
+reason the load gives. Not checked here, because they need the serving host: the execution providers
+(CUDA, TensorRT, OpenVINO) and ONNX Runtime's own reading of the whole model (an operator or an IR version
+that its onnxruntime does not have).
 """
 
 from __future__ import annotations
@@ -14,24 +26,27 @@ from typing import Any
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
-from triton_ort.autocomplete import complete_config, zero_copy_warning
+from triton_ort.autocomplete import complete_config, read_onnx_signature, zero_copy_warning
+from triton_ort.backend import BACKEND_NAME
 from triton_ort.errors import TritonOrtError
-from triton_ort.testing.repository import read_config
+from triton_ort.load_checks import check_tensors, checked_options, load_hooks
+from triton_ort.testing.repository import (
+    PYTHON_BACKENDS,
+    check_model,
+    read_config,
+    runs_triton_ort,
+    versions_to_load,
+)
 
 
 class ConfigCommandError(ValueError):
-    """A model folder that cannot be completed; the message is one line."""
-
-
-def _latest_version(model_dir: Path) -> Path:
-    versions = sorted((int(p.name), p) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
-    if not versions:
-        raise ConfigCommandError(f"{model_dir} has no version folder (expected e.g. {model_dir / '1'}/)")
-    return versions[-1][1]
+    """A model folder that the server would refuse; the message is the server's reason (one line, or a
+    first line and one line per difference, as the load's error has them)."""
 
 
 def _merge(entries: Any, completed: tuple[dict[str, Any], ...]) -> None:
-    """Fill each completed tensor into the config's own entry of that name, or add it (ModelConfig.add_*)."""
+    """Fill each completed tensor into the config's own entry of that name, or add it (ModelConfig.add_*),
+    with its reshape (triton_ort.autocomplete.apply_completed writes it into the served config too)."""
     by_name = {entry.name: entry for entry in entries}
     for tensor in completed:
         entry = by_name.get(str(tensor["name"])) or entries.add(name=str(tensor["name"]))
@@ -40,30 +55,82 @@ def _merge(entries: Any, completed: tuple[dict[str, Any], ...]) -> None:
         entry.dims.extend(int(d) for d in tensor["dims"])
         if "optional" in tensor:  # an overridable input (inputs only: ModelOutput has no such field)
             entry.optional = bool(tensor["optional"])
+        if "reshape" in tensor:
+            entry.reshape.SetInParent()  # an empty shape is a reshape too: a tensor that is only the batch
+            entry.reshape.ClearField("shape")
+            entry.reshape.shape.extend(int(d) for d in tensor["reshape"]["shape"])
+
+
+def _incomplete_entry(config: model_config_pb2.ModelConfig, completed: bool) -> str:
+    """Triton's own check of the config after auto-complete, which an entry can fail: every input and
+    output needs a data_type and dims. Triton's message names neither the entry nor why it has none."""
+    for kind, entries in (("input", config.input), ("output", config.output)):
+        for entry in entries:
+            unset = [repr(field) for field in ("data_type", "dims") if not getattr(entry, field)]
+            if not unset:
+                continue
+            problem = f"config {kind} {entry.name!r} must specify {' and '.join(unset)} (Triton refuses it)"
+            if "hooks" in config.parameters:
+                return f"{problem}: with hooks, config.pbtxt is served as written"
+            if completed:  # auto-complete has filled in every entry that the ONNX file has
+                return f"{problem}: auto-complete fills in the ONNX file's {kind}s only, not {entry.name!r}"
+            return problem
+    return ""
+
+
+def _as_dict(config: model_config_pb2.ModelConfig) -> dict[str, Any]:
+    """The config as the backend gets it (JSON of ModelConfig); an unset max_batch_size is 0."""
+    as_dict = dict(json_format.MessageToDict(config, preserving_proto_field_name=True))
+    as_dict.setdefault("max_batch_size", 0)
+    return as_dict
 
 
 def completed_config(model_dir: Path) -> tuple[model_config_pb2.ModelConfig, str | None]:
-    """(the auto-completed config, the zero-copy warning for it or None)."""
-    if not (model_dir / "config.pbtxt").is_file():
-        raise ConfigCommandError(f"{model_dir / 'config.pbtxt'} does not exist (a model folder has one)")
+    """(the config the folder is served with, the zero-copy warning for it or None); ConfigCommandError
+    for a folder the server would not load."""
+    model_dir = model_dir.resolve()  # paths in messages as the server names them
+    name = model_dir.name
+    problems = check_model(model_dir, PYTHON_BACKENDS)
+    if problems:
+        raise ConfigCommandError("\n".join(problems))
+    config = read_config(model_dir)
+    version = versions_to_load(model_dir, config)[0][-1]  # check_model found it; the newest is completed
+    if not runs_triton_ort(config, version):
+        what = f"backend {config.backend!r}" if config.backend else "a config without a backend line"
+        raise ConfigCommandError(
+            f"model '{name}': {what} is not served by triton_ort; this command completes configs of "
+            f'backend "{BACKEND_NAME}" (or backend "python" with triton_ort\'s model.py)'
+        )
+    config.name = config.name or name  # Triton's default: the folder's name
+    written = _as_dict(config)
     try:
-        config = read_config(model_dir)
-    except (text_format.ParseError, UnicodeDecodeError) as error:
-        raise ConfigCommandError(f"{model_dir / 'config.pbtxt'}: {error}") from None
-    config.name = config.name or model_dir.resolve().name  # Triton's default: the folder's name
-    as_dict = json_format.MessageToDict(config, preserving_proto_field_name=True)
-    as_dict.setdefault("max_batch_size", 0)
-    try:
-        completed = complete_config(as_dict, _latest_version(model_dir))
+        completed = complete_config(written, version)
     except TritonOrtError as error:
-        raise ConfigCommandError(f"model {config.name!r}: {error}") from None
-    config.max_batch_size = completed.max_batch_size
-    _merge(config.input, completed.inputs)
-    _merge(config.output, completed.outputs)
-    if completed.dynamic_batching:
-        config.dynamic_batching.SetInParent()
+        # As in the server: auto-complete leaves the config as written, and the load's checks below fail
+        # with the reason (they read the same parameters and file).
+        not_completed: TritonOrtError | None = error
+    else:
+        not_completed = None
+        config.max_batch_size = completed.max_batch_size
+        _merge(config.input, completed.inputs)
+        _merge(config.output, completed.outputs)
+        if completed.dynamic_batching:
+            config.dynamic_batching.SetInParent()
+    if problem := _incomplete_entry(config, completed=not_completed is None):
+        raise ConfigCommandError(f"model '{name}': {problem}")
+    served = _as_dict(config)
+    try:
+        # ModelInstance's checks, in its order, with the ONNX file's graph where the load has its session.
+        options = checked_options(served)
+        hooks = load_hooks(version, options)
+        inputs, outputs, overridable = read_onnx_signature(version / options.onnx_file)
+        check_tensors(served, inputs, outputs, hooks, overridable)
+        if not_completed is not None:
+            raise not_completed
+    except TritonOrtError as error:
+        raise ConfigCommandError(f"model '{name}': {error}") from None
     # Offline, where the model will run is not known: the warning is given as for a GPU host.
-    return config, zero_copy_warning(as_dict, gpu_visible=True)
+    return config, zero_copy_warning(written, gpu_visible=True)
 
 
 def config_text(model_dir: Path) -> tuple[str, str | None]:

@@ -6,9 +6,10 @@ triton-ort served-config demo
 triton-ort infer demo --batch 8                      # random inputs from the model's metadata
 triton-ort infer bert --shape input_ids=1,16 --shape attention_mask=1,16   # random, of these shapes
 triton-ort infer demo --input np_script_embeddings=x.npy --expect expected.npz
+triton-ort infer my_model --inputs inputs.npz --expect expected.npz   # every input from one .npz, by name
 triton-ort infer demo --cuda-shm                     # inputs and outputs in GPU memory
 
-`python -m client.cli` takes the same commands (`config` for served-config).
+`python -m client.cli` takes the same commands (also `config` for served-config).
 Requests are checked against the model's config before they are sent (batch within max_batch_size,
 input names, dtypes and shapes). Exit status: 0 success, 1 wrong answer (--expect) or a server that could
 not be reached or refused the request, 2 a request or argument that was wrong (one line on stderr).
@@ -54,6 +55,20 @@ def _read_npy(item: str, signature: ModelSignature) -> tuple[str, NDArray[Any]]:
     return name, array
 
 
+def _read_npz(path: Path) -> dict[str, NDArray[Any]]:
+    """--inputs FILE.npz: arrays named as the model's inputs (np.savez(path, **inputs))."""
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise RequestError(f"--inputs {path}: cannot read it as an .npz of arrays ({error})") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise RequestError(
+            f"--inputs {path}: one array (.npy); expected an .npz of inputs by name (or --input NAME={path})"
+        )
+    with archive:
+        return dict(archive)
+
+
 def _shape_item(item: str, signature: ModelSignature) -> tuple[str, tuple[int, ...]]:
     """--shape NAME=D1,D2,...: the whole shape of a generated input, batch axis first when it batches."""
     name, _, text = item.partition("=")
@@ -71,20 +86,26 @@ def _open_inner_axes(meta: TensorMeta, batched: bool) -> bool:
     return any(d < 0 for d in meta.shape[1 if batched else 0 :])
 
 
-def _load_inputs(args: argparse.Namespace, client: Any, metadata: dict[str, Any]) -> dict[str, NDArray[Any]]:
-    """The --input files and the --shape inputs, checked against the model's config; every other input
-    random, of their batch.
+def _load_inputs(
+    args: argparse.Namespace, signature: ModelSignature, metadata: dict[str, Any]
+) -> dict[str, NDArray[Any]]:
+    """The --inputs archive, the --input files and the --shape inputs, checked against the model's config;
+    every other input random, of their batch.
 
-    With --input or --shape the batch is their first axis, so --batch is refused beside them rather than
-    silently ignored; and an input left out whose axes are open is an error that names it, not random data
-    of a guessed length that the server then refuses for an axis."""
-    signature = ModelSignature.from_config(model_config(client, args.model))
-    if (args.input or args.shape) and args.batch is not None:
+    With --inputs, --input or --shape the batch is their first axis, so --batch is refused beside them
+    rather than silently ignored; and an input left out whose axes are open is an error that names it, not
+    random data of a guessed length that the server then refuses for an axis."""
+    if (args.inputs or args.input or args.shape) and args.batch is not None:
         raise RequestError(
-            f"--batch {args.batch} with --input or --shape: the batch is their first axis; leave --batch out"
+            f"--batch {args.batch} with --inputs, --input or --shape: the batch is their first axis; "
+            "leave --batch out"
         )
     metas = {meta.name: meta for meta in tensor_metas(metadata, "inputs")}
-    given = dict(_read_npy(item, signature) for item in args.input)
+    given = _read_npz(args.inputs) if args.inputs else {}
+    for name, array in (_read_npy(item, signature) for item in args.input):
+        if name in given:
+            raise RequestError(f"--input {name}=...: {name!r} is in --inputs {args.inputs} too; give it once")
+        given[name] = array
     rng = np.random.default_rng(args.seed)
     for name, shape in (_shape_item(item, signature) for item in args.shape):
         if name not in metas:
@@ -98,7 +119,8 @@ def _load_inputs(args: argparse.Namespace, client: Any, metadata: dict[str, Any]
             meta = missing[0]
             raise RequestError(
                 f"input {meta.name!r} is not given and its shape {list(meta.shape)} has open axes: "
-                f"--input {meta.name}=FILE.npy, or --shape {meta.name}=D1,D2,... for random data"
+                f"--input {meta.name}=FILE.npy (or in --inputs), or --shape {meta.name}=D1,D2,... for "
+                "random data"
             )
     else:
         batch = 1 if args.batch is None else args.batch
@@ -165,7 +187,8 @@ def summary(name: str, array: NDArray[Any], full: bool) -> str:
 def run_infer(client: Any, args: argparse.Namespace) -> int:
     expected = _read_expected(args.expect) if args.expect else None  # before anything is sent
     metadata = model_metadata(client, args.model)
-    inputs = _load_inputs(args, client, metadata)
+    signature = ModelSignature.from_config(model_config(client, args.model))
+    inputs = _load_inputs(args, signature, metadata)
     if args.cuda_shm:
         outputs, latency = _cuda_shm_infer(client, args, inputs, metadata)
     else:
@@ -179,7 +202,13 @@ def run_infer(client: Any, args: argparse.Namespace) -> int:
     if args.save:
         np.savez(args.save, **outputs)
     if args.expect and expected is not None:
-        problems = compare(outputs, expected, args.rtol, args.atol)
+        # ONNX Runtime's outputs (the usual --expect file) have the model's shape, which a config's reshape
+        # maps to what the server answers: a label [N] is [N, 1] on the wire (README, dims and reshape).
+        served = {
+            name: signature.as_served(name, array, outputs[name].shape) if name in outputs else array
+            for name, array in expected.items()
+        }
+        problems = compare(outputs, served, args.rtol, args.atol)
         if problems:
             print("MISMATCH:\n  " + "\n  ".join(problems))
             return 1
@@ -226,7 +255,12 @@ def one_line(error: BaseException) -> str:
 
 
 def _connection_options(parser: argparse.ArgumentParser, default: Any) -> None:
-    parser.add_argument("--protocol", choices=["http", "grpc"], default=default)
+    parser.add_argument(
+        "--protocol",
+        choices=["http", "grpc"],
+        default=default,
+        help="how to talk to the server (default http)",
+    )
     parser.add_argument(
         "--url",
         type=host_port,
@@ -246,19 +280,30 @@ def build_parser(prog: str) -> OneLineParser:
     _connection_options(connection, argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("health", help="server live/ready", parents=[connection])
-    for name in ("metadata", "config"):
-        commands.add_parser(name, help=f"model {name} (from the server)", parents=[connection]).add_argument(
-            "model"
-        )
+    # served-config: `config` too, the name `python -m client.cli` has always taken
+    for name, aliases, what in (("metadata", [], "metadata"), ("served-config", ["config"], "config")):
+        commands.add_parser(
+            name, aliases=aliases, help=f"model {what} (from the server)", parents=[connection]
+        ).add_argument("model", help="the model's name on the server")
     infer_parser = commands.add_parser("infer", help="send one request", parents=[connection])
-    infer_parser.add_argument("model")
+    infer_parser.add_argument("model", help="the model's name on the server")
     infer_parser.add_argument(
         "--batch",
         type=positive_int,
-        help="rows of random input (default 1); with --input or --shape their first axis",
+        help="rows of random input (default 1); with --inputs, --input or --shape their first axis",
     )
-    infer_parser.add_argument("--seed", type=int, default=0)
-    infer_parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
+    infer_parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the random inputs (default 0: the same data each run)"
+    )
+    infer_parser.add_argument(
+        "--inputs",
+        type=Path,
+        metavar="FILE.npz",
+        help="inputs by name from one .npz (np.savez(FILE, **inputs)); --input adds others",
+    )
+    infer_parser.add_argument(
+        "--input", action="append", default=[], metavar="NAME=FILE.npy", help="one input from a .npy file"
+    )
     infer_parser.add_argument(
         "--shape",
         action="append",
@@ -266,12 +311,28 @@ def build_parser(prog: str) -> OneLineParser:
         metavar="NAME=D1,D2,...",
         help="random data of this whole shape (batch axis first) for an input not given as a file",
     )
-    infer_parser.add_argument("--expect", type=Path, help=".npz of expected outputs")
-    infer_parser.add_argument("--save", type=Path, help="write the outputs to this .npz")
+    infer_parser.add_argument(
+        "--expect",
+        type=Path,
+        metavar="FILE.npz",
+        help=".npz of expected outputs by name (as --save writes them, or ONNX Runtime's: an output the "
+        "config reshapes is compared in the served shape)",
+    )
+    infer_parser.add_argument("--save", type=Path, metavar="FILE.npz", help="write the outputs to this .npz")
     infer_parser.add_argument("--full", action="store_true", help="print whole output arrays, not a summary")
     infer_parser.add_argument("--cuda-shm", action="store_true", help="inputs/outputs in CUDA shared memory")
-    infer_parser.add_argument("--rtol", type=float, default=1e-3)
-    infer_parser.add_argument("--atol", type=float, default=1e-3)
+    infer_parser.add_argument(
+        "--rtol",
+        type=float,
+        default=1e-3,
+        help="--expect: relative tolerance of float outputs (default 1e-3)",
+    )
+    infer_parser.add_argument(
+        "--atol",
+        type=float,
+        default=1e-3,
+        help="--expect: absolute tolerance of float outputs (default 1e-3)",
+    )
     return parser
 
 
@@ -293,7 +354,7 @@ def run_command(args: argparse.Namespace, client: Any) -> int:
         live, ready = client.is_server_live(), client.is_server_ready()
         print(f"live: {live}  ready: {ready}")
         return 0 if live and ready else 1
-    if args.command in ("metadata", "config"):
+    if args.command in ("metadata", "served-config", "config"):
         reader = model_metadata if args.command == "metadata" else model_config
         print(json.dumps(reader(client, args.model), indent=2))
         return 0

@@ -8,7 +8,7 @@ Triton 23.12 answers batch 0 with an INTERNAL error about the python backend, an
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,9 @@ class ModelSignature:
     model: str
     max_batch_size: int  # 0: the model takes no batch axis
     inputs: tuple[InputSpec, ...]
+    output_reshapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    """Outputs with a `reshape` in the config: the shape the model computes (without the batch axis), which
+    the server answers as the output's dims (a scikit-learn label: [N] in the model, [N, 1] on the wire)."""
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ModelSignature:
@@ -49,7 +52,22 @@ class ModelSignature:
             InputSpec(tensor.name, _wire_type(tensor.data_type), tuple(int(d) for d in tensor.dims))
             for tensor in message.input
         )
-        return cls(message.name, message.max_batch_size, inputs)
+        reshapes = {
+            tensor.name: tuple(int(d) for d in tensor.reshape.shape)
+            for tensor in message.output
+            if tensor.HasField("reshape")
+        }
+        return cls(message.name, message.max_batch_size, inputs, reshapes)
+
+    def as_served(self, name: str, array: NDArray[Any], served: tuple[int, ...]) -> NDArray[Any]:
+        """An output as the model computes it (ONNX Runtime's, e.g. an --expect file) in the shape the
+        server answers (`served`), where the config's reshape maps one to the other; any other array as it
+        is, so that a shape that is really different still differs."""
+        reshape = self.output_reshapes.get(name)
+        batch = served[:1] if self.max_batch_size > 0 else ()
+        if reshape is None or array.shape != (*batch, *reshape) or array.size != int(np.prod(served)):
+            return array
+        return array.reshape(served)
 
     def check_batch(self, batch: int, given_as: str = "--batch {}") -> None:
         """given_as names where the batch came from, in the message."""

@@ -21,8 +21,9 @@ The launcher never leaves a server behind:
   file and names it. The folder of a launcher killed by SIGKILL is removed by the next launcher.
 Readiness counts only while our own process lives and its own log says that its own services started on
 our ports, then /v2/health/ready answers: another server on the same ports is never mistaken for ours.
-Before starting, the model repository is checked (config.pbtxt, version folder, model.py, ONNX file) so
-that a missing file fails in a second, naming its path, instead of after Triton's load timeouts.
+Before starting, the model repository is checked (config.pbtxt, version folder, the backend's name,
+model.py, ONNX file; triton_ort.testing.repository.check_model) so that a missing file fails in a second,
+naming its path, and a misspelt backend names the closest one, instead of after Triton's load timeouts.
 """
 
 from __future__ import annotations
@@ -42,30 +43,21 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
 
 import tritonclient.grpc as grpcclient
-from google.protobuf import text_format
-from google.protobuf.message import DecodeError
-from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
-from triton_ort.backend import BACKEND_NAME
 from triton_ort.backend import install as install_zerocopy_backend
 from triton_ort.testing.mps import MpsDaemon, MpsError, remove_orphaned_daemons
 from triton_ort.testing.processes import alive
-from triton_ort.testing.repository import read_config
+from triton_ort.testing.repository import PYTHON_BACKENDS, UNREADABLE_CONFIG, check_model, read_config
 
 # Header that unlocks the restricted APIs (logging, trace); its value is LocalTritonServer.admin_key.
 ADMIN_HEADER = "triton-ort-admin"
-
-# The backends whose models run a model.py in a python-backend stub: Triton's own, and ours.
-PYTHON_BACKENDS = ("python", BACKEND_NAME)
-# What reading a config.pbtxt raises when it is not a ModelConfig.
-_UNREADABLE_CONFIG = (text_format.ParseError, DecodeError, UnicodeDecodeError)
 
 WORKDIR_PREFIX = "triton_ort_server_"
 FAILED_LOG_PREFIX = "tritonserver_failed_start_"
@@ -213,75 +205,13 @@ def models_loaded_at_start(server_args: Sequence[str]) -> list[str] | None:
     return None if "*" in named else named
 
 
-def _versions_to_load(model_dir: Path, config: model_config_pb2.ModelConfig) -> tuple[list[Path], str]:
-    """(version folders Triton's version_policy selects, problem or '')."""
-    numbered = sorted((int(p.name), p) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
-    if not numbered:
-        return [], f"{model_dir} has no version folder (expected e.g. {model_dir / '1'}/)"
-    policy = config.version_policy
-    if policy.HasField("all"):
-        return [p for _, p in numbered], ""
-    if policy.HasField("specific"):
-        present = dict(numbered)
-        missing = [v for v in policy.specific.versions if v not in present]
-        if missing:
-            return [], f"{model_dir}: version_policy names versions {missing}, which have no folder"
-        return [present[v] for v in policy.specific.versions], ""
-    latest = policy.latest.num_versions if policy.HasField("latest") else 1
-    return [p for _, p in numbered[-max(latest, 1) :]], ""
-
-
-def check_model(model_dir: Path) -> list[str]:
-    """What is missing from one model folder, each problem naming the path it expected."""
-    config_path = model_dir / "config.pbtxt"
-    if not config_path.is_file():
-        return [f"model '{model_dir.name}': {config_path} is missing (it names the backend and the tensors)"]
-    try:
-        config = read_config(model_dir)
-    except _UNREADABLE_CONFIG as error:
-        return [f"model '{model_dir.name}': {config_path} is not a valid model configuration: {error}"]
-    versions, problem = _versions_to_load(model_dir, config)
-    if problem:
-        return [f"model '{model_dir.name}': {problem}"]
-    if config.backend not in PYTHON_BACKENDS:
-        return []  # other backends check their own files
-    problems = []
-    onnx_parameter = config.parameters.get("onnx_file")
-    onnx_file = onnx_parameter.string_value.strip() if onnx_parameter is not None else "model.onnx"
-    hooks_parameter = config.parameters.get("hooks")
-    hooks_file = hooks_parameter.string_value.strip() if hooks_parameter is not None else ""
-    for version in versions:
-        if config.backend == "python":
-            model_py = version / (config.default_model_filename or "model.py")
-            if not model_py.is_file():
-                problems.append(
-                    f"model '{model_dir.name}': {model_py} is missing (backend \"python\" runs the "
-                    f'model.py of the version folder; backend "{BACKEND_NAME}" needs none)'
-                )
-                continue
-            if "triton_ort" not in model_py.read_text(errors="replace"):
-                continue  # another python model (pre-processing, BLS): no ONNX file of ours to look for
-        onnx_path = version / onnx_file
-        if not onnx_path.is_file():
-            problems.append(
-                f"model '{model_dir.name}': ONNX file {onnx_path} is missing "
-                f"(parameter onnx_file={onnx_file!r}{'' if onnx_parameter is not None else ', the default'})"
-            )
-        if hooks_file and not (version / hooks_file).is_file():
-            problems.append(
-                f"model '{model_dir.name}': hooks module {version / hooks_file} is missing "
-                f"(parameter hooks={hooks_file!r})"
-            )
-    return problems
-
-
 def python_backends_in(repository: Path) -> set[str]:
     """Which of the python backend's family ('python', ours) the repository's model configs name."""
     found = set()
     for config_path in repository.glob("*/config.pbtxt"):
         try:
             config = read_config(config_path.parent)
-        except _UNREADABLE_CONFIG:
+        except UNREADABLE_CONFIG:
             continue  # check_model reports it
         if config.backend in PYTHON_BACKENDS:
             found.add(config.backend)
@@ -301,10 +231,22 @@ def own_shm_prefix_is_safe(repositories: Sequence[Path]) -> bool:
     return not set(PYTHON_BACKENDS) <= backends
 
 
-def check_repository(repository: Path | Sequence[Path], models: Sequence[str] | None = None) -> None:
+def server_backends(server_args: Sequence[str] = ()) -> set[str]:
+    """The backends the launcher's tritonserver has: the two of its own backend directory, and the folders
+    of any --backend-directory among the extra arguments."""
+    extra = [Path(d) for d in _option_values(server_args, "--backend-directory")]
+    return {*PYTHON_BACKENDS, *(p.name for d in extra if d.is_dir() for p in d.iterdir() if p.is_dir())}
+
+
+def check_repository(
+    repository: Path | Sequence[Path],
+    models: Sequence[str] | None = None,
+    backends: Collection[str] = PYTHON_BACKENDS,
+) -> None:
     """Raise ServerStartError listing every model folder that Triton could not load for a missing or
-    unreadable file. `repository`: one, or every --model-repository of the server (a named model is looked
-    up in each, as Triton does); `models`: only these folders (default: all)."""
+    unreadable file or a backend it does not have. `repository`: one, or every --model-repository of the
+    server (a named model is looked up in each, as Triton does); `models`: only these folders (default:
+    all); `backends`: the server's (server_backends)."""
     repositories = [repository] if isinstance(repository, Path) else list(repository)
     for root in repositories:
         if not root.is_dir():
@@ -318,7 +260,7 @@ def check_repository(repository: Path | Sequence[Path], models: Sequence[str] | 
             where = " or ".join(str(root / name) for root in repositories)
             problems.append(f"model '{name}': {where} does not exist (named by --load-model)")
         else:
-            problems.extend(check_model(model_dir))
+            problems.extend(check_model(model_dir, backends))
     if problems:
         raise ServerStartError("model repository check failed:\n" + "\n".join(problems))
 
@@ -536,7 +478,9 @@ class LocalTritonServer:
             self.model_repository,
             *(Path(extra) for extra in _option_values(self.extra_args, "--model-repository")),
         ]
-        check_repository(repositories, models_loaded_at_start(self.extra_args))
+        check_repository(
+            repositories, models_loaded_at_start(self.extra_args), server_backends(self.extra_args)
+        )
         if not own_shm_prefix_is_safe(repositories):
             self.shm_prefix = None
         requested = (self.http_port, self.grpc_port, self.metrics_port)

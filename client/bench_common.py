@@ -1,0 +1,182 @@
+"""What the benchmarks share (bench, ab, profile_stub, bench_hooks, bench_gather): the models' batch
+sizes, the served-model harness, the one-client load loop, the host description, tables and JSON reports.
+The siblings import from here, never from each other or from scripts/."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import tritonclient.grpc as grpcclient
+
+from client.load import Workload, load_in_processes, request_workers
+from triton_ort.testing.reference import compare
+from triton_ort.testing.transport import ModelStatistics
+
+ROOT = Path(__file__).resolve().parent.parent
+BATCH = {"demo": 100, "mlp1024": 256, "mlp4096": 1024}
+"""Rows per request of each benchmarked model (scripts/build_models.py --bench builds the models)."""
+
+
+def aligned(
+    header: Sequence[str], rows: Sequence[Sequence[str]], numbers: range = range(0), sep: str = "  "
+) -> str:
+    """A text table whose columns are as wide as their widest cell: the columns in `numbers`
+    right-aligned, the others left-aligned; a dashed line under the header."""
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return sep.join(
+            cell.rjust(width) if i in numbers else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def sync_load(
+    client: grpcclient.InferenceServerClient,
+    model: str,
+    worker: tuple[list[Any], list[Any]],
+    args: argparse.Namespace,
+) -> tuple[list[float], float]:
+    """One synchronous client: args.warmup seconds unmeasured, then requests for args.duration seconds
+    (at least args.min_requests); (each request's latency in s, the measured wall time in s)."""
+    inputs, outputs = worker
+    warm_until = time.perf_counter() + args.warmup
+    while time.perf_counter() < warm_until:
+        client.infer(model, inputs, outputs=outputs)
+    latencies: list[float] = []
+    started = time.perf_counter()
+    stop_at = started + args.duration
+    while time.perf_counter() < stop_at or len(latencies) < args.min_requests:
+        t0 = time.perf_counter()
+        client.infer(model, inputs, outputs=outputs)
+        latencies.append(time.perf_counter() - t0)
+    return latencies, time.perf_counter() - started
+
+
+def measure_point(
+    url: str, served: str, work: Workload, concurrency: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """One served point after an answer check (null models answer zeros: not checked): p50, rate, Triton's
+    stages and requests per execute over `args.seconds`, at concurrency 1 from this process and above it
+    from `args.client_processes` load processes (client.load)."""
+    client = grpcclient.InferenceServerClient(url)
+    transport = transport_for_ours()
+    with request_workers(client, served, transport, work, 1) as (workers, ask):
+        if "_null_" in served:  # zeros: nothing to check
+            ask()
+        elif problems := compare(ask(), work.reference, rtol=2e-3, atol=2e-3):
+            raise SystemExit(f"{served}: WRONG ANSWER: {problems}")
+        before = ModelStatistics.read(client, served)
+        if concurrency == 1:
+            timing = argparse.Namespace(warmup=args.warmup, duration=args.seconds, min_requests=20)
+            latencies, wall = sync_load(client, served, workers[0], timing)
+            rate = len(latencies) / wall
+    if concurrency > 1:
+        latencies, rate = load_in_processes(
+            url, served, transport, work, concurrency, args.client_processes, (args.warmup, args.seconds)
+        )
+    after = ModelStatistics.read(client, served)
+    executes = after.executions - before.executions
+    return {
+        "p50_us": float(np.percentile(np.array(latencies) * 1e6, 50)),
+        "requests_per_s": rate,
+        "stages_us": after.stage_us(before),
+        "requests_per_execute": (after.requests - before.requests) / max(executes, 1),
+    }
+
+
+def transport_for_ours() -> str:
+    return "cuda-shm" if torch.cuda.is_available() else "numpy"
+
+
+def serving(repository: Path, models: list[str], **kwargs: Any) -> contextlib.AbstractContextManager[Any]:
+    """Our tritonserver with only `models` loaded (the repository also holds the sweep's variants).
+    2 GiB of CUDA pool: 16 requests of the 4096-wide MLP carry 16 MiB in and out each."""
+    from triton_ort.testing.server import LocalTritonServer
+
+    loads = [f"--load-model={name}" for name in models]
+    return LocalTritonServer(
+        repository,
+        cuda_memory_pool_bytes=2 << 30,
+        extra_args=["--model-control-mode=explicit", *loads],
+        startup_timeout_s=600,
+        **kwargs,
+    )
+
+
+def cpu_model() -> str:
+    """The CPU's name as /proc/cpuinfo gives it (platform.processor() says only x86_64 on Linux)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return " ".join(value.split())
+    return platform.processor() or platform.machine()
+
+
+def host_environment() -> dict[str, str]:
+    """The machine and stack a measurement ran on, for every benchmark's JSON. `cores`: the CPUs this
+    process may use (its affinity), which is what the measurement had, not the machine's count."""
+    import onnxruntime
+
+    info = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": platform.node(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "cpu": cpu_model(),
+        "cores": str(len(os.sched_getaffinity(0))),
+    }
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        info["nvidia-pytriton"] = importlib.metadata.version("nvidia-pytriton")
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        with contextlib.suppress(OSError, subprocess.CalledProcessError):
+            info["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+    return info
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    """A measurement's JSON, its folder made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def linear_onnx(path: Path) -> Path:
+    """logits[b, 2] = x[b, 2010] @ W: the demo's signature with almost no compute (the in-process
+    benches' short model, whose own jitter does not hide a few microseconds)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from triton_ort.onnx_files import save_model
+
+    weights = np.random.default_rng(0).standard_normal((2010, 2)).astype(np.float32) / 45
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["np_script_embeddings", "w"], ["np_logits"])],
+        "linear",
+        [helper.make_tensor_value_info("np_script_embeddings", TensorProto.FLOAT, ["batch", 2010])],
+        [helper.make_tensor_value_info("np_logits", TensorProto.FLOAT, ["batch", 2])],
+        initializer=[numpy_helper.from_array(weights, "w")],
+    )
+    # pinned IR: the GPU host's onnx writes IR 14 by default, which its ORT 1.31.1 does not read
+    return save_model(graph, path)

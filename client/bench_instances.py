@@ -1,0 +1,135 @@
+"""What each instance costs and what it buys: memory and throughput by instance count.
+
+    python -m client.bench_instances --models demo mlp4096 --counts 1 2 4 [--mps] --json FILE
+
+For each model and instance count, one tritonserver serves only the benchmark repository's variant
+MODEL_i<count>_d0 (scripts/build_models.py --bench), so that what it reads belongs to that variant alone:
+the requests per second at the top concurrency (client processes as client.bench runs them), then, with
+the arenas grown by that load, each process's GPU memory (nvidia-smi's per-process figure) and RSS: the
+server's and each stub's, and under --mps the MPS server's too (it holds the clients' shared context).
+`device_used_mib` is the whole GPU's use with the server up minus before it started, which also counts
+what no process figure shows. --mps measures every point again under CUDA MPS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from client.bench_common import BATCH, ROOT, aligned, host_environment, measure_point, serving, write_report
+from client.load import Workload
+from triton_ort.testing.processes import MIB, MemorySnapshot, gpu_memory_by_pid, stub_processes
+from triton_ort.testing.server import exit_on_termination
+
+MPS_SERVER = "nvidia-cuda-mps-server"
+
+
+def device_used_mib() -> float | None:
+    """The GPU's memory in use (nvidia-smi), None without a GPU."""
+    try:
+        text = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "--id=0"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return float(text.strip() or "nan")
+
+
+def _mps_server_gpu_mib() -> float:
+    """GPU memory of the MPS server processes (under --mps the clients' shared context lives there)."""
+    by_pid = gpu_memory_by_pid() or {}
+    mps = [p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == MPS_SERVER]
+    return sum(by_pid.get(pid, 0) for pid in mps) / MIB
+
+
+def memory_reading(server_pid: int, mps: bool) -> dict[str, Any]:
+    snapshot = MemorySnapshot.of(server_pid)
+    stubs = sorted(stub_processes(server_pid))
+    gpu = snapshot.gpu  # None where nvidia-smi cannot read (no GPU)
+    reading: dict[str, Any] = {
+        "server_rss_mib": snapshot.rss.get(server_pid, 0) / MIB,
+        "server_gpu_mib": None if gpu is None else gpu.get(server_pid, 0) / MIB,
+        "stub_rss_mib": [snapshot.rss.get(pid, 0) / MIB for pid in stubs],
+        "stub_gpu_mib": [] if gpu is None else [gpu.get(pid, 0) / MIB for pid in stubs],
+    }
+    if mps:
+        reading["mps_server_gpu_mib"] = _mps_server_gpu_mib()
+    return reading
+
+
+def measure_count(model: str, count: int, mps: bool, args: argparse.Namespace) -> dict[str, Any]:
+    served = f"{model}_i{count}_d0"
+    work = Workload.build(model, args.repository, BATCH[model])
+    before = device_used_mib()
+    with serving(args.repository, [served], mps=mps) as server:
+        point = measure_point(server.grpc_url, served, work, args.concurrency, args)
+        reading = memory_reading(server.process.pid, mps)
+        after = device_used_mib()
+    used = None if before is None or after is None else after - before
+    return {"model": model, "instances": count, "mps": mps, **point, **reading, "device_used_mib": used}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    header = ["model", "inst", "mps", "req/s", "device MiB", "stub GPU MiB", "stub RSS MiB", "server RSS"]
+
+    def each(values: list[float]) -> str:
+        return f"{statistics.mean(values):.0f} x{len(values)}" if values else "-"
+
+    cells = [
+        [
+            r["model"],
+            str(r["instances"]),
+            "yes" if r["mps"] else "no",
+            f"{r['requests_per_s']:.0f}",
+            "-" if r["device_used_mib"] is None else f"{r['device_used_mib']:.0f}",
+            each(r["stub_gpu_mib"]),
+            each(r["stub_rss_mib"]),
+            f"{r['server_rss_mib']:.0f}",
+        ]
+        for r in rows
+    ]
+    return aligned(header, cells, numbers=range(3, 8))
+
+
+def main() -> None:
+    exit_on_termination()  # a stopped run still stops the server it started
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
+    parser.add_argument("--models", nargs="+", default=["demo"], choices=sorted(BATCH))
+    parser.add_argument("--counts", nargs="+", type=int, default=[1, 2, 4])
+    parser.add_argument("--repository", type=Path, default=ROOT / "bench_repository")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--client-processes", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=2.0, help="measured seconds per point")
+    parser.add_argument("--warmup", type=float, default=0.5)
+    parser.add_argument("--mps", action="store_true", help="every point again under CUDA MPS")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    rows = [
+        measure_count(model, count, mps, args)
+        for mps in ((False, True) if args.mps else (False,))
+        for model in args.models
+        for count in args.counts
+    ]
+    report = {
+        "environment": host_environment(),
+        "command": " ".join(["python -m client.bench_instances", *sys.argv[1:]]),
+        "results": rows,
+    }
+    if args.json:
+        write_report(args.json, report)
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""The checks a model's load makes of its config.pbtxt and its files that need no session and no device.
+
+One place for both callers, in the order a load makes them: ModelInstance at load (the tensors it checks
+are the ONNX Runtime session's) and `triton-ort config` offline (the ONNX file's graph, read without a
+session: triton_ort.autocomplete.read_onnx_signature). So the offline command refuses a folder with the
+reason the server's load gives. What needs the serving host (a GPU, its execution providers, ONNX Runtime
+reading the whole model) is checked at load only.
+
+Importing this module imports no ONNX Runtime (the offline command needs none); the hooks module is
+imported only for a model that has one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigError
+from .options import ModelOptions, options_from_model_config
+from .signature import TensorSpec, check_config
+
+if TYPE_CHECKING:
+    from .hooks import Hooks
+
+
+def check_warmup_batch_sizes(batch_sizes: Sequence[int], max_batch_size: int) -> None:
+    """The `warmup` parameter's batch sizes must be ones Triton could send this model."""
+    if max_batch_size > 0:
+        too_large = [size for size in batch_sizes if size > max_batch_size]
+        if too_large:
+            raise ConfigError(
+                f"parameter 'warmup': batch size {too_large[0]} is above max_batch_size {max_batch_size} "
+                f"(expected batch sizes from 1 to {max_batch_size})"
+            )
+    elif any(size != 1 for size in batch_sizes):
+        raise ConfigError(
+            f"parameter 'warmup': batch sizes {','.join(map(str, batch_sizes))} need a batch axis, but "
+            "max_batch_size is 0 (expected true or false for this model)"
+        )
+
+
+def checked_options(model_config: Mapping[str, Any]) -> ModelOptions:
+    """The model's options (parameters and optimization, triton_ort.options) as the load reads them from
+    the completed config, with the warm-up batch sizes checked against its max_batch_size."""
+    options = options_from_model_config(model_config)
+    check_warmup_batch_sizes(options.warmup, int(model_config.get("max_batch_size", 0)))
+    return options
+
+
+def load_hooks(version_dir: Path, options: ModelOptions) -> Hooks | None:
+    """The model's hooks module (parameter `hooks`), imported and checked; None without one."""
+    if not options.hooks:
+        return None
+    from .hooks import Hooks
+
+    return Hooks.load(version_dir / options.hooks)
+
+
+def check_tensors(
+    model_config: Mapping[str, Any],
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    hooks: Hooks | None,
+    overridable: Sequence[TensorSpec] = (),
+) -> None:
+    """config.pbtxt against the ONNX file's inputs and outputs (signature.check_config; `overridable`:
+    the inputs a request may send), or, with hooks, on the sides no hook stands on
+    (hooks.check_config_around_hooks)."""
+    if hooks is None:
+        check_config(model_config, inputs, outputs, overridable)
+        return
+    from .hooks import check_config_around_hooks
+
+    check_config_around_hooks(model_config, hooks, inputs, outputs)
