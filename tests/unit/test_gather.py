@@ -114,7 +114,7 @@ def test_requests_gather_only_with_those_that_send_the_same_overridable_inputs_a
     path = graphs.overridable(tmp_path / "model.onnx")
     runner = runner_for(path)
     assert runner.shared_inputs == {"scale"} and [s.name for s in runner.inputs] == ["x"]
-    x = [torch.randn(rows, 4) for rows in (1, 2, 3, 1, 2, 1, 2)]
+    x = [torch.randn(rows, 4) for rows in (1, 2, 3, 1, 2, 1, 2, 3)]
     three, five = torch.tensor([3.0]), torch.tensor([5.0])
     requests = [
         {"x": x[0]},
@@ -124,6 +124,7 @@ def test_requests_gather_only_with_those_that_send_the_same_overridable_inputs_a
         {"x": x[4], "scale": three.clone()},  # equal value, another tensor: same run
         {"x": x[5], "offset": torch.ones(1, 4)},
         {"x": x[6], "offset": torch.full((2, 4), -1.0), "scale": five.clone()},
+        {"x": x[7], "offset": torch.randn(3, 4)},  # concatenated with the other {x, offset}
     ]
     runs_before = runner.stats.ort_runs
     results = run_requests(runner, requests, gather=True)
