@@ -168,3 +168,84 @@ def label_encoder(path: Path) -> Path:
     )
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 2)]
     return save_model(helper.make_model(graph, opset_imports=opsets), path)
+
+
+SCALE_DEFAULT = 2.0
+
+
+def overridable(path: Path) -> Path:
+    """y = x * scale + offset, x float[b,4]; `scale` float[1] (default SCALE_DEFAULT) and `offset`
+    float[b,4] (default zeros [1,4]) are initializers listed as graph inputs: defaults that a request may
+    override (ORT's overridable initializers). `scale` has no batch axis (one value per request), `offset`
+    has one."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x", "scale"], ["scaled"]),
+            helper.make_node("Add", ["scaled", "offset"], ["y"]),
+        ],
+        "overridable",
+        [
+            v("x", TensorProto.FLOAT, ["batch", 4]),
+            v("scale", TensorProto.FLOAT, [1]),
+            v("offset", TensorProto.FLOAT, ["batch", 4]),
+        ],
+        [v("y", TensorProto.FLOAT, ["batch", 4])],
+        initializer=[
+            helper.make_tensor("scale", TensorProto.FLOAT, [1], [SCALE_DEFAULT]),
+            helper.make_tensor("offset", TensorProto.FLOAT, [1, 4], [0.0] * 4),
+        ],
+    )
+    return save(graph, path)
+
+
+def scalar_default(path: Path) -> Path:
+    """y = x * t, x float[b,2]; `t` a scalar initializer listed as a graph input (default 0.5)."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "t"], ["y"])],
+        "scalar_default",
+        [v("x", TensorProto.FLOAT, ["batch", 2]), v("t", TensorProto.FLOAT, [])],
+        [v("y", TensorProto.FLOAT, ["batch", 2])],
+        initializer=[helper.make_tensor("t", TensorProto.FLOAT, [], [0.5])],
+    )
+    return save(graph, path)
+
+
+MLP_FEATURES = 16
+
+
+def mlp(path: Path, seed: int = 0) -> Path:
+    """x float[b,16] -> Gemm(16x32) -> Relu -> Gemm(32x3) -> logits float[b,3]: the demo's kind of model."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(seed)
+
+    def weight(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], transB=1),
+            helper.make_node("Relu", ["h"], ["h_relu"]),
+            helper.make_node("Gemm", ["h_relu", "w2", "b2"], ["logits"], transB=1),
+        ],
+        "mlp",
+        [v("x", TensorProto.FLOAT, ["batch", MLP_FEATURES])],
+        [v("logits", TensorProto.FLOAT, ["batch", 3])],
+        initializer=[weight("w1", 32, MLP_FEATURES), weight("b1", 32), weight("w2", 3, 32), weight("b2", 3)],
+    )
+    return save(graph, path)
+
+
+def quantized_mlp(path: Path) -> Path:
+    """`mlp` through onnxruntime.quantization.quantize_dynamic: DynamicQuantizeLinear computes one scale
+    over its whole input, so each row's answer depends on the rows run beside it."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    float_model = mlp(path.with_name(f"{path.stem}_float.onnx"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    quantize_dynamic(str(float_model), str(path), weight_type=QuantType.QInt8)
+    return path

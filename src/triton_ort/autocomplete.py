@@ -21,6 +21,13 @@ applies to a config that may already be partly written:
 - An explicit `max_batch_size: 0` reads as unset (protobuf cannot tell them apart), as in the native
   backend, which logs a warning when it fills one in; so does this.
 - Inputs that the sequence batcher supplies (its control inputs) are not request inputs: left out.
+- An ONNX input that has an initializer of its name (IR >= 4; ONNX Runtime's overridable initializers: a
+  default that a request may replace, such as a threshold, a scale or a `past` state) is an input with
+  `optional: true`: a request that sends it gets its value, one that does not gets the file's. Its dims
+  are those of any input when its first axis is open (it is batched); otherwise (a scalar or a fixed
+  size: one value per request, signature.one_value_per_request) they are its whole shape, and with
+  max_batch_size > 0 a request sends that value in each of its rows. It does not decide max_batch_size.
+  Before IR 4 every weight is a graph input, and ONNX Runtime lets none be overridden: left out.
 - What the config states is kept as it is, even where the ONNX file contradicts it: ModelInstance checks
   the completed config against the file at load (signature.check_config) and lists every difference.
   Auto-complete itself never fails on a conflict, because Triton's python backend 23.12 left the load
@@ -33,7 +40,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import onnx
 
@@ -41,7 +48,7 @@ from .dtypes import ELEMENT_TYPES, ZIPMAP_HINT, ElementType, from_onnx_type
 from .errors import ConfigError, unreadable_onnx_file
 from .options import parameters_from_model_config, parse_options
 from .sequence import control_inputs
-from .signature import Dim, TensorSpec, served_dims
+from .signature import Dim, TensorSpec, one_value_per_request, served_dims
 
 LOGGER = logging.getLogger(__name__)
 
@@ -69,8 +76,9 @@ class CompletedConfig:
 
     max_batch_size: int
     inputs: tuple[dict[str, Any], ...]
-    """Entries for ModelConfig.add_input: name, data_type (TYPE_...), dims (without the batch axis), and
-    `reshape` ({"shape": []}) for a tensor that is only the batch axis."""
+    """Entries for ModelConfig.add_input: name, data_type (TYPE_...), dims (without the batch axis),
+    `reshape` ({"shape": []}) for a tensor that is only the batch axis, and `optional` (True) for an
+    overridable input."""
     outputs: tuple[dict[str, Any], ...]
     dynamic_batching: bool
     """Whether to call ModelConfig.set_dynamic_batching."""
@@ -109,8 +117,18 @@ def _shape(value_info: onnx.ValueInfoProto) -> tuple[Dim, ...]:
     return tuple(dims)
 
 
-def read_onnx_signature(path: Path) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
-    """(inputs, outputs) of an ONNX file's graph, without loading external weights."""
+class OnnxSignature(NamedTuple):
+    """An ONNX file's tensors; `check_config(config, *signature)` checks a config against them."""
+
+    inputs: tuple[TensorSpec, ...]
+    """The inputs every request sends."""
+    outputs: tuple[TensorSpec, ...]
+    overridable: tuple[TensorSpec, ...]
+    """The inputs a request may send (graph inputs with an initializer of their name, IR >= 4)."""
+
+
+def read_onnx_signature(path: Path) -> OnnxSignature:
+    """The tensors of an ONNX file's graph, without loading external weights."""
     if not path.is_file():
         raise ConfigError(
             f"ONNX file {str(path)!r} does not exist (parameter onnx_file names it, relative to the "
@@ -123,16 +141,25 @@ def read_onnx_signature(path: Path) -> tuple[tuple[TensorSpec, ...], tuple[Tenso
     if not model.HasField("graph"):  # an empty file parses as an empty ModelProto
         raise unreadable_onnx_file(path, "it holds no graph (an empty file, or not an ONNX model)")
     graph = model.graph
-    # Models exported with IR < 4 also list their weights as graph inputs: those are not request inputs.
-    weights = {tensor.name for tensor in graph.initializer}
+    weights = {tensor.name: tensor for tensor in graph.initializer}
+    # Models exported with IR < 4 list every weight as a graph input too; ONNX Runtime overrides none of
+    # them (InferenceSession.get_overridable_initializers() is empty), so neither does a request.
+    overridable_ir = model.ir_version >= 4
 
     def spec(value_info: onnx.ValueInfoProto, kind: str) -> TensorSpec:
         where = f"ONNX {kind} {value_info.name!r}"
-        return TensorSpec(value_info.name, _element_type(value_info, where), _shape(value_info))
+        element_type = _element_type(value_info, where)
+        default = weights.get(value_info.name)
+        if default is not None and not value_info.type.tensor_type.HasField("shape"):
+            shape: tuple[Dim, ...] = tuple(int(d) for d in default.dims)  # the default's own shape
+        else:
+            shape = _shape(value_info)
+        return TensorSpec(value_info.name, element_type, shape)
 
     inputs = tuple(spec(v, "input") for v in graph.input if v.name not in weights)
     outputs = tuple(spec(v, "output") for v in graph.output)
-    return inputs, outputs
+    overridable = tuple(spec(v, "input") for v in graph.input if v.name in weights and overridable_ir)
+    return OnnxSignature(inputs, outputs, overridable)
 
 
 def can_batch(specs: tuple[TensorSpec, ...]) -> bool:
@@ -181,6 +208,18 @@ def _dims(spec: TensorSpec, max_batch_size: int) -> list[int]:
     return [d if isinstance(d, int) else -1 for d in shape]
 
 
+def _optional_entry(
+    spec: TensorSpec, configured: Mapping[str, Any] | None, max_batch_size: int
+) -> dict[str, Any]:
+    """An overridable input's entry: optional unless the config lists it without `optional: true` (its
+    own entry is kept: pb_utils refuses to change what the config states, and Triton's JSON of a written
+    entry says `"optional": false`). One value per request: dims of its whole shape."""
+    batched = max_batch_size if not one_value_per_request(spec) else 0
+    entry = _entry(spec, configured, batched)
+    entry["optional"] = True if configured is None else bool(configured.get("optional", False))
+    return entry
+
+
 def _entry(spec: TensorSpec, configured: Mapping[str, Any] | None, max_batch_size: int) -> dict[str, Any]:
     """The complete entry: the config's own data_type and dims where it has them, the file's elsewhere."""
     data_type = str((configured or {}).get("data_type") or "TYPE_INVALID")
@@ -213,7 +252,7 @@ def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> Compl
             outputs=(),
             dynamic_batching=False,
         )
-    inputs, outputs = read_onnx_signature(version_dir / options.onnx_file)
+    inputs, outputs, overridable = read_onnx_signature(version_dir / options.onnx_file)
     max_batch_size = _max_batch_size(model_config, inputs, outputs)
 
     configured_inputs = {str(e["name"]): e for e in model_config.get("input", [])}
@@ -223,7 +262,7 @@ def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> Compl
         _entry(spec, configured_inputs.get(spec.name), max_batch_size)
         for spec in inputs
         if spec.name not in controls
-    ]
+    ] + [_optional_entry(spec, configured_inputs.get(spec.name), max_batch_size) for spec in overridable]
     served_outputs = [s for s in outputs if not configured_outputs or s.name in configured_outputs]
     completed_outputs = [_entry(s, configured_outputs.get(s.name), max_batch_size) for s in served_outputs]
 

@@ -4,6 +4,16 @@ Requests whose inputs agree on everything but the batch (first) axis are concate
 once, and the outputs split back per request. A request that cannot join a group runs alone, and so does
 every request of a group whose joint run failed, so one bad request never fails its neighbours.
 
+Overridable inputs (an ONNX initializer that a request may replace, runner.py) take part as follows, so
+that no request's answer uses a value it did not send: requests join a group only with requests that send
+the same inputs (a request that leaves one out runs with the file's default, and so does its group); one
+with a batch axis is concatenated like any input; one without (`shared_inputs`: one value for all the rows
+of a run) is part of the group key by value, so only requests that send equal values (the same bytes)
+share a run, which gets that value once.
+
+Whether a model's requests are gathered at all is ModelInstance's decision (parameter gather_requests; a
+graph that mixes rows across the batch axis runs them one per ORT run: row_mixing.py).
+
 A request that fails alone is classified (`classify_failure`): what its own tensors caused is the client's
 (`InputError`), a device short of memory for now is `Unavailable`, anything else is the server's
 (`InferenceError`).
@@ -34,6 +44,8 @@ class Runs(Protocol):
 
     outputs_follow_batch: bool
     placement: Placement
+    shared_inputs: frozenset[str]
+    """Inputs that hold one value for all the rows of a run: never concatenated."""
 
     def validate(self, tensors: Tensors) -> None: ...
 
@@ -44,18 +56,28 @@ class Runs(Protocol):
     def to_device(self, tensor: torch.Tensor) -> torch.Tensor: ...
 
 
-def _group_key(tensors: Tensors) -> tuple[tuple[str, torch.dtype, tuple[int, ...]], ...] | None:
-    """What requests must share to be concatenated along axis 0 (names, dtypes, the other axes); None
-    when this one cannot join any group (a scalar input, or inputs of different batch sizes)."""
+def _value(tensor: torch.Tensor) -> bytes:
+    """A tensor's bytes: equal bytes, equal answers (NaN included). One copy to the host for a device
+    tensor; only the small inputs that hold one value per run are keyed so."""
+    return bytes(tensor.reshape(-1).view(torch.uint8).cpu().numpy().tobytes())
+
+
+def _group_key(tensors: Tensors, shared: frozenset[str]) -> tuple[object, ...] | None:
+    """What requests must share to be concatenated along axis 0 (names, dtypes, the other axes, and the
+    value of each shared input); None when this one cannot join any group (a scalar input, inputs of
+    different batch sizes, or no batched input)."""
     rows = None
-    key = []
+    key: list[object] = []
     for name, tensor in sorted(tensors.items()):
         shape = tensor.shape
+        if name in shared:
+            key.append((name, tensor.dtype, shape, _value(tensor)))
+            continue
         if not shape or (rows is not None and shape[0] != rows):
             return None
         rows = shape[0]
         key.append((name, tensor.dtype, shape[1:]))  # torch.Size is a tuple: hashable as it is
-    return tuple(key)
+    return tuple(key) if rows is not None else None
 
 
 # The size of the allocation that failed, as ORT's arena words it (bfc_arena.cc: "Failed to allocate memory
@@ -131,9 +153,15 @@ def run_one(runner: Runs, tensors: Tensors) -> Result:
 
 def _run_gathered(runner: Runs, group: Sequence[Tensors]) -> list[Result] | None:
     """One ORT run for the whole group, split back; None when it cannot be split or failed."""
-    rows = [next(iter(tensors.values())).shape[0] for tensors in group]
+    batched = [name for name in group[0] if name not in runner.shared_inputs]
+    rows = [tensors[batched[0]].shape[0] for tensors in group]
     try:  # the joint inputs too may not fit (device memory): then each request runs, and fails, alone
-        joint = {name: torch.cat([runner.to_device(tensors[name]) for tensors in group]) for name in group[0]}
+        joint = {
+            name: torch.cat([runner.to_device(tensors[name]) for tensors in group])
+            if name not in runner.shared_inputs
+            else group[0][name]  # the group's one value (its key holds it)
+            for name in group[0]
+        }
         # Its members were validated one by one; the concatenation was just queued on the stream.
         outputs = runner.run(joint, validated=True, fresh=True)
     except Exception as error:
@@ -162,7 +190,7 @@ def run_requests(runner: Runs, requests: Sequence[Tensors], gather: bool) -> lis
         except InputError as error:
             results[index] = error
             continue
-        key = _group_key(tensors) if gather and runner.outputs_follow_batch else None
+        key = _group_key(tensors, runner.shared_inputs) if gather and runner.outputs_follow_batch else None
         groups.setdefault(("alone", index) if key is None else key, []).append(index)
     for members in groups.values():
         gathered = _run_gathered(runner, [requests[i] for i in members]) if len(members) > 1 else None

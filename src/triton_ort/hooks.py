@@ -223,6 +223,8 @@ class HookedRunner:
         # Gathered requests are split along axis 0 of what postprocess returns, which check_outputs holds
         # to the request's rows: that needs config outputs with a batch axis.
         self.outputs_follow_batch = client.batched
+        # The client's tensors are config.pbtxt's: every one has the batch axis and is concatenated.
+        self.shared_inputs: frozenset[str] = frozenset()
         self.placement = runner.placement  # where the session computes (gathering sizes failures by it)
         # Per execute this class adds two calls and a few cached checks; everything that can be is
         # computed here once (docs/benchmarks.md, "Hooks").

@@ -20,6 +20,7 @@ from .hooks import ClientSpecs, HookedRunner
 from .load_checks import check_tensors, checked_options, load_hooks
 from .metrics import InstanceMetrics, request_rows
 from .options import ModelOptions
+from .row_mixing import row_mixing_in_file
 from .runner import IOBindingRunner, OutputPlacement
 from .session import Placement, create_session
 from .signature import Dim, TensorSpec
@@ -117,12 +118,19 @@ class ModelInstance:
         # a model without hooks pays nothing for them) the runner with its hooks around it.
         self._pipeline: Runs = self.runner
         self._request_specs: tuple[TensorSpec, ...] = self.runner.inputs
-        check_tensors(model_config, self.runner.inputs, self.runner.outputs, hooks)
-        if hooks is not None:
+        check_tensors(model_config, self.runner.inputs, self.runner.outputs, hooks, self.runner.overridable)
+        # Overridable inputs of one value per request, as the model takes them (_one_value_inputs).
+        self._one_value: dict[str, TensorSpec] = {}
+        if hooks is None:
+            self._one_value = {
+                s.name: s for s in self.runner.overridable if s.name in self.runner.shared_inputs
+            }
+        else:
             client = ClientSpecs.from_model_config(model_config)
             self._pipeline = HookedRunner(self.runner, hooks, client, output_placement)
             self._request_specs = client.inputs
         self.output_names = [str(entry["name"]) for entry in model_config.get("output", [])]
+        self.gather = self._gathers(version_dir / self.options.onnx_file)
         self.last_execute: ExecuteStats | None = None  # kept only while DEBUG logging is on
         if not self.runner.placement.is_cuda:
             self._stream = None  # the CUDA EP did not load and allow_cpu_fallback let it run on CPU
@@ -142,6 +150,70 @@ class ModelInstance:
             session.get_providers(),
             self.options,
         )
+
+    def _gathers(self, onnx_path: Path) -> bool:
+        """Whether the requests of one execute may share an ORT run: parameter gather_requests, or (auto)
+        unless the graph mixes rows across the batch axis, which would make a request's answer depend on
+        the requests beside it (row_mixing.py). Said once in the log when it runs them apart."""
+        if self.options.gather_requests is not None:
+            return self.options.gather_requests
+        if not self._pipeline.outputs_follow_batch:
+            return True  # such a model's requests never share a run: nothing to check
+        override = "parameter gather_requests: yes gathers them anyway"
+        try:
+            found = row_mixing_in_file(onnx_path)
+        except Exception as error:  # a file ORT reads and the onnx package does not (an ORT-format model)
+            LOGGER.warning(
+                "requests run one per ORT run: the graph could not be read to check whether it mixes rows "
+                "across the batch axis (%s); %s",
+                error,
+                override,
+            )
+            return False
+        if found is None:
+            return True
+        LOGGER.info(
+            "requests run one per ORT run, not gathered: %s, so a request's answer would depend on the "
+            "requests run beside it; %s",
+            found.describe(),
+            override,
+        )
+        return False
+
+    def _one_value_inputs(
+        self, tensors: Mapping[str, torch.Tensor]
+    ) -> Mapping[str, torch.Tensor] | InputError:
+        """A request's overridable inputs of one value per request as the model takes them, or the
+        request's error. With max_batch_size > 0 Triton gives each a batch axis: its rows must hold that
+        one value alike, and the model gets one row. A scalar default arrives as [1] (Triton refuses empty
+        dims)."""
+        given = self._one_value.keys() & tensors.keys()
+        if not given:
+            return tensors
+        converted = dict(tensors)
+        for name in given:
+            tensor, spec = tensors[name], self._one_value[name]
+            if self.max_batch_size > 0:
+                if len(tensor.shape) == 0 or not bool((tensor == tensor[:1]).all()):
+                    return InputError(
+                        f"input {name!r} holds one value for the whole request (its ONNX shape is "
+                        f"{list(spec.shape)}, with no batch axis): send the same value in each row of the "
+                        "request's batch axis, or leave the input out for the model's default"
+                    )
+                tensor = tensor[0]
+            if not spec.shape and tuple(tensor.shape) == (1,):
+                tensor = tensor.reshape(())
+            converted[name] = tensor
+        return converted
+
+    def _run(self, requests: Sequence[Mapping[str, torch.Tensor]]) -> list[Result]:
+        """run_requests, with one-value inputs made what the model takes first."""
+        if not self._one_value:
+            return run_requests(self._pipeline, requests, self.gather)
+        prepared = [self._one_value_inputs(tensors) for tensors in requests]
+        valid = [tensors for tensors in prepared if not isinstance(tensors, InputError)]
+        answers = iter(run_requests(self._pipeline, valid, self.gather))
+        return [tensors if isinstance(tensors, InputError) else next(answers) for tensors in prepared]
 
     def _zeros_request(
         self, specs: Sequence[TensorSpec] | None = None, batch_size: int = 1
@@ -202,7 +274,7 @@ class ModelInstance:
         before = self.runner.stats.snapshot() if debug else None
         stream_context = _on_stream(self._stream) if self._stream else contextlib.nullcontext()
         with stream_context:
-            results = run_requests(self._pipeline, requests, self.options.gather_requests)
+            results = self._run(requests)
             self._shrink_arena_after_failure()
         queued = time.perf_counter()
         if self._stream is not None:

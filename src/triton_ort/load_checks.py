@@ -62,11 +62,13 @@ def check_tensors(
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
     hooks: Hooks | None,
+    overridable: Sequence[TensorSpec] = (),
 ) -> None:
-    """config.pbtxt against the ONNX file's inputs and outputs (signature.check_config), or, with hooks,
-    on the sides no hook stands on (hooks.check_config_around_hooks)."""
+    """config.pbtxt against the ONNX file's inputs and outputs (signature.check_config; `overridable`:
+    the inputs a request may send), or, with hooks, on the sides no hook stands on
+    (hooks.check_config_around_hooks)."""
     if hooks is None:
-        check_config(model_config, inputs, outputs)
+        check_config(model_config, inputs, outputs, overridable)
         return
     from .hooks import check_config_around_hooks
 

@@ -58,8 +58,10 @@ class ModelOptions:
     allow_cuda_fallback: bool = False
     """On a GPU instance whose TensorRT EP cannot load: run on the CUDA EP with a warning instead of
     failing the load."""
-    gather_requests: bool = True
-    """Concatenate the requests of one execute() into one ORT run when their shapes allow it."""
+    gather_requests: bool | None = None
+    """Concatenate the requests of one execute() into one ORT run when their shapes allow it. None
+    (`auto`): unless the graph mixes rows across the batch axis (row_mixing.py), whose requests then run
+    one per ORT run; True (`yes`) and False (`no`) decide it for every graph."""
     pinned_staging: bool = True
     """CPU inputs for a GPU instance go through pinned host memory (faster, asynchronous DMA)."""
     output_placement: str = "auto"
@@ -119,6 +121,18 @@ def _parse_bool(what: str, raw: str) -> bool:
     if lowered in _FALSE_WORDS:
         return False
     raise ConfigError(f"{what}: {raw!r} is not a boolean (expected true/false, 1/0 or on/off)")
+
+
+def _parse_auto_bool(what: str, raw: str) -> bool | None:
+    """`auto` (None: the library decides), or a boolean as _parse_bool reads it."""
+    if raw.strip().lower() == "auto":
+        return None
+    try:
+        return _parse_bool(what, raw)
+    except ConfigError:
+        raise ConfigError(
+            f"{what}: {raw!r} is not a boolean or auto (expected auto, yes/no, true/false, 1/0 or on/off)"
+        ) from None
 
 
 def _parse_int(what: str, raw: str) -> int:
@@ -246,7 +260,7 @@ _PARAMETERS: dict[str, _Parameter] = {
     "hooks": _Parameter("hooks", _parse_hooks_path, native=False),
     "allow_cpu_fallback": _Parameter("allow_cpu_fallback", _parse_bool, native=False),
     "allow_cuda_fallback": _Parameter("allow_cuda_fallback", _parse_bool, native=False),
-    "gather_requests": _Parameter("gather_requests", _parse_bool, native=False),
+    "gather_requests": _Parameter("gather_requests", _parse_auto_bool, native=False),
     "pinned_staging": _Parameter("pinned_staging", _parse_bool, native=False),
     "output_placement": _Parameter("output_placement", _one_of(OUTPUT_PLACEMENTS), native=False),
     "host_output_max_bytes": _Parameter("host_output_max_bytes", _parse_count, native=False),

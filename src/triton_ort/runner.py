@@ -50,7 +50,7 @@ import torch.utils.dlpack
 from .errors import ConfigError, InputError
 from .options import DEFAULT_HOST_OUTPUT_MAX_BYTES
 from .session import Placement, session_placement
-from .signature import Dim, TensorSpec, read_specs
+from .signature import Dim, TensorSpec, one_value_per_request, read_specs
 from .stats import RunnerStats
 
 
@@ -173,6 +173,12 @@ class IOBindingRunner:
         self.output_placement = output_placement or OutputPlacement()
         self.device = torch.device(f"cuda:{self.placement.device_id}" if self.placement.is_cuda else "cpu")
         self.inputs = read_specs(session.get_inputs(), "input")
+        """The inputs every run needs."""
+        self.overridable = read_specs(session.get_overridable_initializers(), "input")
+        """The inputs a run may give (initializers that are also graph inputs: the file holds a default)."""
+        self.shared_inputs = frozenset(s.name for s in self.overridable if one_value_per_request(s))
+        """Overridable inputs without a batch axis: one value for all the rows of a run (gather.py)."""
+        self._overridable_names = {spec.name for spec in self.overridable}
         self.outputs = read_specs(session.get_outputs(), "output")
         self._output_shapes = {spec.name: _plan_output_shape(spec, self.inputs) for spec in self.outputs}
         # Requests can be concatenated along axis 0 only if every output's first axis is that same batch
@@ -249,15 +255,25 @@ class IOBindingRunner:
         if len(self._valid_signatures) < 1024:
             self._valid_signatures.add(signature)
 
+    def bound_specs(self, tensors: Mapping[str, Any]) -> tuple[TensorSpec, ...]:
+        """The inputs a run of these tensors binds: every required one, and the overridable ones given
+        (ORT takes an initializer's default for those not bound)."""
+        if not self.overridable:
+            return self.inputs
+        return self.inputs + tuple(spec for spec in self.overridable if spec.name in tensors)
+
     def _check(self, tensors: Mapping[str, torch.Tensor]) -> None:
         expected = {spec.name for spec in self.inputs}
-        unknown = sorted(tensors.keys() - expected)
+        unknown = sorted(tensors.keys() - expected - self._overridable_names)
         missing = sorted(expected - tensors.keys())
+        known = f"the model's inputs are {sorted(expected)}"
+        if self.overridable:
+            known += f", and it may take {sorted(self._overridable_names)} (each has a default)"
         if unknown:
-            raise InputError(f"unknown input(s) {unknown}; the model's inputs are {sorted(expected)}")
+            raise InputError(f"unknown input(s) {unknown}; {known}")
         if missing:
-            raise InputError(f"missing input(s) {missing}; the model's inputs are {sorted(expected)}")
-        for spec in self.inputs:
+            raise InputError(f"missing input(s) {missing}; {known}")
+        for spec in self.bound_specs(tensors):
             tensor = tensors[spec.name]
             want = spec.element_type
             if want.is_string != isinstance(tensor, np.ndarray) or (
@@ -279,7 +295,7 @@ class IOBindingRunner:
         """Axes that the model names alike (e.g. 'batch') must have one size across the inputs; output
         shapes are derived from them."""
         seen: dict[str, tuple[str, int]] = {}
-        for spec in self.inputs:
+        for spec in self.bound_specs(tensors):
             for axis, dim in enumerate(spec.shape):
                 if not isinstance(dim, str):
                     continue
@@ -317,7 +333,8 @@ class IOBindingRunner:
         started = time.perf_counter()
         staged_before = self.stats.host_to_device_copies
         # Kept referenced until run() returns: ORT holds only their pointers.
-        staged = [self.to_device(tensors[spec.name]) for spec in self.inputs]
+        specs = self.bound_specs(tensors)
+        staged = [self.to_device(tensors[spec.name]) for spec in specs]
         plan = self._plan_for(tensors)
         binding = plan.binding
         if plan.graph_inputs is not None:  # a graph replays on the addresses it was captured with
@@ -331,7 +348,7 @@ class IOBindingRunner:
         if plan.graph_inputs is None:
             # Bound every run, even at an unchanged address: ORT keeps its own copy of an input it needs
             # on another device, taken at bind time, so a skipped bind would reuse old values.
-            for spec, tensor in zip(self.inputs, staged, strict=True):
+            for spec, tensor in zip(specs, staged, strict=True):
                 self._bind(binding.bind_input, spec, tensor)
         for spec in plan.ort_allocated:
             binding.bind_output(spec.name, self.placement.device_type, self.placement.device_id)
@@ -380,7 +397,7 @@ class IOBindingRunner:
             spec.name: _string_feed(spec.name, tensors[spec.name])
             if spec.element_type.is_string
             else self._numeric_feed(self.to_device(tensors[spec.name]))
-            for spec in self.inputs
+            for spec in self.bound_specs(tensors)
         }
         ran = time.perf_counter()
         self.stats.bind_seconds += ran - started
@@ -452,13 +469,14 @@ class IOBindingRunner:
         run_options = self._run_options
         if graph:
             # C-ordered whatever the request's strides (empty_like would keep them): bound by pointer
+            specs = self.bound_specs(tensors)
             graph_inputs = {
                 spec.name: torch.empty(
                     tensors[spec.name].shape, dtype=tensors[spec.name].dtype, device=self.device
                 )
-                for spec in self.inputs
+                for spec in specs
             }
-            for spec, fixed in zip(self.inputs, graph_inputs.values(), strict=True):
+            for spec, fixed in zip(specs, graph_inputs.values(), strict=True):
                 self._bind(binding.bind_input, spec, fixed)
             self._graph_ids_given += 1
             run_options = self._cuda_run_options(graph_id=self._graph_ids_given)  # ORT reserves 0

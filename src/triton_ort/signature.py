@@ -46,6 +46,16 @@ def read_specs(node_args: Sequence[NodeArgLike], kind: str) -> tuple[TensorSpec,
     )
 
 
+def one_value_per_request(spec: TensorSpec) -> bool:
+    """Whether an overridable input (an ONNX input with an initializer of its name: a default the caller
+    may replace) holds one value for a whole request: the ONNX file gives it no open first axis (a scalar,
+    or a fixed size such as a threshold's [1]), so it cannot have a row per batch row. With max_batch_size
+    > 0 Triton still puts a batch axis before it: the request sends the same value in each row, and the
+    model gets that one value (ModelInstance). An overridable input with an open first axis (a `past`
+    state [batch, ...]) is batched like any input."""
+    return not spec.shape or isinstance(spec.shape[0], int)
+
+
 def _shape_text(shape: Sequence[Dim]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
@@ -73,7 +83,10 @@ def _rank_fix(spec: TensorSpec, entry: Mapping[str, Any], max_batch_size: int) -
     return f"; its dims should be {inner}" if inner else ""
 
 
-def _compare(kind: str, spec: TensorSpec, entry: Mapping[str, Any], max_batch_size: int) -> list[str]:
+def _compare(
+    kind: str, spec: TensorSpec, entry: Mapping[str, Any], max_batch_size: int, batched: bool = True
+) -> list[str]:
+    """`batched`: False for an input of one value per request, whose config dims are its whole shape."""
     problems = []
     where = f"{kind} {spec.name!r}"
     config_type = from_triton_type(str(entry.get("data_type", "")), f"config {where}")
@@ -83,14 +96,17 @@ def _compare(kind: str, spec: TensorSpec, entry: Mapping[str, Any], max_batch_si
             f"the ONNX file says {spec.element_type.triton_name} ({spec.element_type.onnx_name})"
         )
     dims = served_dims(entry)
-    batch: list[int] = [-1] if max_batch_size > 0 else []
+    if not batched and not spec.shape and dims == [1]:
+        dims = []  # a scalar default: Triton refuses empty dims, and its one value is the scalar
+    batch: list[int] = [-1] if max_batch_size > 0 and batched else []
     config_shape = batch + dims
     if len(config_shape) != len(spec.shape):
         named = "reshape" if entry.get("reshape") is not None else "dims"
+        fix = _rank_fix(spec, entry, max_batch_size if batched else 0)
         problems.append(
             f"{where}: config shape {config_shape} (max_batch_size {max_batch_size}, {named} {dims}) has "
             f"rank {len(config_shape)}, the ONNX file's {_shape_text(spec.shape)} has rank "
-            f"{len(spec.shape)}{_rank_fix(spec, entry, max_batch_size)}"
+            f"{len(spec.shape)}{fix}"
         )
         return problems
     if batch and isinstance(spec.shape[0], int):
@@ -136,8 +152,11 @@ def check_config(
     model_config: Mapping[str, Any],
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
+    overridable: Sequence[TensorSpec] = (),
 ) -> None:
-    """Raise ConfigError listing every difference between config.pbtxt and the ONNX file."""
+    """Raise ConfigError listing every difference between config.pbtxt and the ONNX file. `inputs` are
+    the inputs every request must send; `overridable` the ones it may send (ONNX Runtime's overridable
+    initializers), which config.pbtxt may list, as `optional: true` or not, or leave out."""
     max_batch_size = int(model_config.get("max_batch_size", 0))
     check_sequence_batching(model_config)
     controls = control_inputs(model_config)
@@ -145,9 +164,11 @@ def check_config(
     for spec in inputs:
         if spec.name in controls:
             problems += _compare_control(spec, controls[spec.name], max_batch_size)
-    for kind, specs, entries, all_required in (
-        ("input", [s for s in inputs if s.name not in controls], model_config.get("input", []), True),
-        ("output", outputs, model_config.get("output", []), False),
+    required = [s for s in inputs if s.name not in controls]
+    may_skip = {spec.name for spec in overridable}
+    for kind, specs, entries in (
+        ("input", [*required, *overridable], model_config.get("input", [])),
+        ("output", outputs, model_config.get("output", [])),
     ):
         by_name = {spec.name: spec for spec in specs}
         configured = {str(entry["name"]): entry for entry in entries}
@@ -155,11 +176,20 @@ def check_config(
             problems.append(
                 f"config {kind} {name!r} is not in the ONNX file, whose {kind}s are {sorted(by_name)}"
             )
-        if all_required:
-            for name in by_name.keys() - configured.keys():
+        if kind == "input":
+            for name in by_name.keys() - configured.keys() - may_skip:
                 problems.append(f"ONNX {kind} {name!r} is missing from config.pbtxt")
+            for name in configured.keys() & by_name.keys() - may_skip:
+                if configured[name].get("optional"):
+                    problems.append(
+                        f"input {name!r} is optional in config.pbtxt, but the ONNX file needs it in every "
+                        "request (only an input with an initializer of its name, a default ONNX Runtime "
+                        "lets the request override, may be optional): remove `optional: true`"
+                    )
         for name in configured.keys() & by_name.keys():
-            problems += _compare(kind, by_name[name], configured[name], max_batch_size)
+            spec = by_name[name]
+            batched = kind == "output" or name not in may_skip or not one_value_per_request(spec)
+            problems += _compare(kind, spec, configured[name], max_batch_size, batched)
     if problems:
         raise ConfigError(
             "config.pbtxt does not match the ONNX file:\n  - " + "\n  - ".join(sorted(problems))

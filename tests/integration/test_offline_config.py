@@ -55,6 +55,8 @@ LOADING: dict[str, tuple[Callable[[Path], Path], str]] = {
         + "dynamic_batching { max_queue_delay_microseconds: 100 }\n",
     ),
     "accumulator": (exported.accumulator, TWO_LINES + "max_batch_size: 8\n" + exported.SEQUENCE_CONFIG),
+    # Initializers listed as graph inputs (defaults a request may override): optional inputs.
+    "overridable": (graphs.overridable, TWO_LINES),
 }
 # name -> (ONNX file builder, config.pbtxt): each one refused at load, and offline.
 REFUSED: dict[str, tuple[Callable[[Path], Path], str]] = {
@@ -83,6 +85,12 @@ REFUSED: dict[str, tuple[Callable[[Path], Path], str]] = {
         + exported.SEQUENCE_CONFIG.replace("data_type: TYPE_UINT64", "data_type: TYPE_UINT32"),
     ),
     "damaged_onnx": (_damaged, TWO_LINES),
+    # Only an input with a default (an initializer of its name) may be optional.
+    "optional_required": (
+        _copy_demo,
+        TWO_LINES
+        + f'input [ {{ name: "{DEMO_INPUT}", data_type: TYPE_FP32, dims: [ 2010 ], optional: true }} ]\n',
+    ),
 }
 # Loaded after the start: the launcher refuses to start a server that loads it (the last test).
 MISSPELT = "misspelt_backend"

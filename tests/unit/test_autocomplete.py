@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -19,7 +20,7 @@ from triton_ort.autocomplete import (
     read_onnx_signature,
     zero_copy_warning,
 )
-from triton_ort.onnx_files import OPSET, readable_model
+from triton_ort.onnx_files import OPSET, readable_model, save_model
 from triton_ort.signature import check_config
 
 v = helper.make_tensor_value_info
@@ -135,7 +136,7 @@ def test_configured_entries_are_kept_for_the_load_time_check_to_report(multi_io:
     completed = complete_config(wrong, multi_io)
     assert completed.inputs[0] == stated
     merged = {**wrong, "input": list(completed.inputs), "output": list(completed.outputs)}
-    inputs, outputs = read_onnx_signature(multi_io / "model.onnx")
+    inputs, outputs, _ = read_onnx_signature(multi_io / "model.onnx")
     with pytest.raises(ConfigError) as caught:
         check_config(merged, inputs, outputs)
     assert "input 'a': config says FP32, the ONNX file says FP16" in str(caught.value)
@@ -155,8 +156,9 @@ def test_bad_parameters_fail_auto_complete_already(multi_io: Path) -> None:
         complete_config(config(parameters={"onnx_fle": {"string_value": "x.onnx"}}), multi_io)
 
 
-def test_weights_listed_as_graph_inputs_are_not_request_inputs(tmp_path: Path) -> None:
-    """Exporters for IR < 4 list initializers among the graph inputs."""
+def test_weights_listed_as_graph_inputs_before_ir_4_are_not_request_inputs(tmp_path: Path) -> None:
+    """Exporters for IR < 4 list every initializer among the graph inputs; ONNX Runtime lets a request
+    override none of them."""
     graph = helper.make_graph(
         [helper.make_node("Add", ["x", "bias"], ["y"])],
         "old_style",
@@ -164,8 +166,84 @@ def test_weights_listed_as_graph_inputs_are_not_request_inputs(tmp_path: Path) -
         [v("y", TensorProto.FLOAT, ["n", 2])],
         initializer=[helper.make_tensor("bias", TensorProto.FLOAT, [2], [1.0, 2.0])],
     )
-    inputs, _ = read_onnx_signature(graphs.save(graph, tmp_path / "model.onnx"))
-    assert [spec.name for spec in inputs] == ["x"]
+    path = save_model(graph, tmp_path / "model.onnx", opset=8)  # opset 8: IR 3
+    assert onnx.load(str(path)).ir_version == 3
+    inputs, _, overridable = read_onnx_signature(path)
+    assert [spec.name for spec in inputs] == ["x"] and overridable == ()
+    assert ort.InferenceSession(str(path)).get_overridable_initializers() == []
+    assert [entry["name"] for entry in complete_config(config(), tmp_path).inputs] == ["x"]
+
+
+def test_an_overridable_initializer_is_an_optional_input(tmp_path: Path) -> None:
+    """scale[1] (one value per request: its whole shape, max_batch_size untouched) and offset[batch, 4]
+    (batched like any input) have defaults a request may override: both are optional inputs."""
+    path = graphs.overridable(tmp_path / "model.onnx")
+    session = ort.InferenceSession(str(path))
+    assert [arg.name for arg in session.get_overridable_initializers()] == ["scale", "offset"]
+    completed = complete_config(config(), tmp_path)
+    assert completed.max_batch_size == DEFAULT_MAX_BATCH_SIZE and completed.dynamic_batching
+    assert completed.inputs == (
+        {"name": "x", "data_type": "TYPE_FP32", "dims": [4]},
+        {"name": "scale", "data_type": "TYPE_FP32", "dims": [1], "optional": True},
+        {"name": "offset", "data_type": "TYPE_FP32", "dims": [4], "optional": True},
+    )
+    merged = {**config(max_batch_size=completed.max_batch_size), "input": list(completed.inputs)}
+    check_config({**merged, "output": list(completed.outputs)}, *read_onnx_signature(path))
+    # Without a batch axis (max_batch_size 0), every input's dims are its whole shape.
+    unbatched = complete_config(
+        config(input=[{"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 4]}]), tmp_path
+    )
+    assert unbatched.max_batch_size == 0
+    assert [entry["dims"] for entry in unbatched.inputs] == [[-1, 4], [1], [-1, 4]]
+
+
+def test_an_overridable_scalar_is_served_as_one_value_with_or_without_batching(tmp_path: Path) -> None:
+    path = graphs.scalar_default(tmp_path / "model.onnx")
+    for max_batch_size, x_dims in ((8, [2]), (0, [-1, 2])):
+        written = config(
+            max_batch_size=max_batch_size, input=[{"name": "x", "data_type": "TYPE_FP32", "dims": x_dims}]
+        )
+        completed = complete_config(written, tmp_path)
+        assert completed.inputs[1] == {"name": "t", "data_type": "TYPE_FP32", "dims": [1], "optional": True}
+        merged = {**written, "input": list(completed.inputs), "output": list(completed.outputs)}
+        check_config(merged, *read_onnx_signature(path))  # Triton's [1] is the scalar's one value
+
+
+def test_a_written_overridable_input_is_kept_as_written_and_checked(tmp_path: Path) -> None:
+    """Listed without `optional: true` (Triton's JSON then says false), the input stays required, and
+    pb_utils takes the completed entry; wrong dims are reported at load like any input's."""
+    import json
+
+    path = graphs.overridable(tmp_path / "model.onnx")
+    scale = {"name": "scale", "data_type": "TYPE_FP32", "dims": [1], "optional": False}
+    written = config(max_batch_size=8, input=[scale])
+    completed = complete_config(written, tmp_path)
+    assert completed.inputs[1] == scale
+    assert completed.inputs[2]["optional"] is True  # offset, not written: optional
+    pb_utils = python_backend_utils()
+    apply_completed(pb_utils.ModelConfig(json.dumps(written)), completed)  # no conflict on `optional`
+    wrong = {
+        **written,
+        "input": [{**scale, "dims": [2]}, *completed.inputs[::2]],
+        "output": list(completed.outputs),
+    }
+    with pytest.raises(
+        ConfigError, match=r"input 'scale': axis 0 is 2 in config.pbtxt but 1 in the ONNX file"
+    ):
+        check_config(wrong, *read_onnx_signature(path))
+
+
+def test_the_offline_config_shows_an_overridable_input_as_optional(tmp_path: Path) -> None:
+    from triton_ort.cli.config import completed_config
+
+    graphs.overridable(tmp_path / "m" / "1" / "model.onnx")
+    (tmp_path / "m" / "config.pbtxt").write_text('backend: "onnxruntime_zerocopy"\n')
+    completed, _ = completed_config(tmp_path / "m")
+    assert [(t.name, list(t.dims), t.optional) for t in completed.input] == [
+        ("x", [4], False),
+        ("scale", [1], True),
+        ("offset", [4], True),
+    ]
 
 
 def test_string_tensors_complete_as_type_string(tmp_path: Path) -> None:

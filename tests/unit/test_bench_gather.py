@@ -36,4 +36,25 @@ def test_the_gathering_cost_is_measured_with_answers_that_agree(tmp_path: Path) 
     for result in report["results"]:
         assert result["answers_agree"]
         assert result["p50_us"]["gathered"] > 0 and result["p50_us"]["one_request"] > 0
+        assert result["p50_us"]["apart"] > 0  # the same requests, one ORT run each
     assert "| 4 | 1 |" in finished.stdout
+
+
+def test_the_cost_of_running_a_quantized_models_requests_apart_is_measured(tmp_path: Path) -> None:
+    """--quantized: a graph that mixes rows; its requests run apart agree with each run alone."""
+    out = tmp_path / "apart.json"
+    finished = subprocess.run(
+        [
+            *(sys.executable, "-m", "client.bench_gather", "--device", "cpu", "--requests-per-execute", "4"),
+            *("--quantized", "--calls", "20", "--warmup", "2", "--json", str(out)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert finished.returncode == 0, finished.stderr
+    report = json.loads(out.read_text())
+    assert report["model"] == "linear, quantize_dynamic"
+    (result,) = report["results"]
+    assert result["answers_agree"] and result["apart_per_request_us"] > 0

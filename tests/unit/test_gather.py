@@ -1,13 +1,15 @@
 """Request gathering: one ORT run for compatible requests, correct splits, bad requests isolated."""
 
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import onnxruntime as ort
 import torch
 
 from tests import graphs
 from tests.paths import demo_onnx
-from triton_ort import InputError, IOBindingRunner, Placement, run_requests
+from triton_ort import InputError, IOBindingRunner, ModelInstance, Placement, run_requests
 
 
 def runner_for(path: Path) -> IOBindingRunner:
@@ -95,3 +97,136 @@ def test_request_whose_inputs_disagree_on_batch_is_refused_alone(tmp_path: Path)
     assert "inputs 'x' and 'y' must agree on axis 'batch': got 1 and 2" in str(results[1])
     for result in (results[0], results[2]):
         assert isinstance(result, dict) and torch.equal(result["z"], torch.full((2, 3), 2.0))
+
+
+def ort_answer(path: Path, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    """In-process ONNX Runtime's y for the same feeds (an overridable input left out takes its default)."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return torch.from_numpy(session.run(["y"], {name: t.numpy() for name, t in tensors.items()})[0])
+
+
+def test_requests_gather_only_with_those_that_send_the_same_overridable_inputs_and_values(
+    tmp_path: Path,
+) -> None:
+    """No request's answer uses a value it did not send: requests that leave `scale` out run with the
+    default, those that send it share a run only with requests of the same value, and `offset` (batched)
+    is concatenated only among requests that all send it."""
+    path = graphs.overridable(tmp_path / "model.onnx")
+    runner = runner_for(path)
+    assert runner.shared_inputs == {"scale"} and [s.name for s in runner.inputs] == ["x"]
+    x = [torch.randn(rows, 4) for rows in (1, 2, 3, 1, 2, 1, 2, 3)]
+    three, five = torch.tensor([3.0]), torch.tensor([5.0])
+    requests = [
+        {"x": x[0]},
+        {"x": x[1], "scale": three},
+        {"x": x[2]},
+        {"x": x[3], "scale": five},
+        {"x": x[4], "scale": three.clone()},  # equal value, another tensor: same run
+        {"x": x[5], "offset": torch.ones(1, 4)},
+        {"x": x[6], "offset": torch.full((2, 4), -1.0), "scale": five.clone()},
+        {"x": x[7], "offset": torch.randn(3, 4)},  # concatenated with the other {x, offset}
+    ]
+    runs_before = runner.stats.ort_runs
+    results = run_requests(runner, requests, gather=True)
+    # runs: {x} x2, {x, scale 3} x2, {x, scale 5}, {x, offset}, {x, offset, scale 5}
+    assert runner.stats.ort_runs - runs_before == 5
+    for request, result in zip(requests, results, strict=True):
+        assert isinstance(result, dict), result
+        torch.testing.assert_close(result["y"], ort_answer(path, request), rtol=1e-6, atol=1e-6)
+    assert torch.equal(results[0]["y"], x[0] * graphs.SCALE_DEFAULT)  # type: ignore[index]
+
+
+def test_an_unknown_input_is_refused_naming_the_overridable_ones(tmp_path: Path) -> None:
+    runner = runner_for(graphs.overridable(tmp_path / "model.onnx"))
+    (result,) = run_requests(runner, [{"x": torch.ones(1, 4), "scal": torch.ones(1)}], gather=True)
+    assert isinstance(result, InputError)
+    assert (
+        "unknown input(s) ['scal']; the model's inputs are ['x'], and it may take ['offset', 'scale']"
+        in str(result)
+    )
+
+
+def overridable_instance(path: Path, max_batch_size: int = 8) -> ModelInstance:
+    return ModelInstance(
+        {
+            "max_batch_size": max_batch_size,
+            "input": [
+                {"name": "x", "data_type": "TYPE_FP32", "dims": [4]},
+                {"name": "scale", "data_type": "TYPE_FP32", "dims": [1], "optional": True},
+            ],
+            "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [4]}],
+            "parameters": {"warmup": {"string_value": "false"}},
+        },
+        path.parent,
+        "CPU",
+        0,
+    )
+
+
+def test_triton_batch_axis_on_a_one_value_input_holds_the_requests_value(tmp_path: Path) -> None:
+    """With max_batch_size > 0 a request sends `scale` as [rows, 1], the same value in each row; the model
+    gets that one value. Rows that differ are that request's error alone."""
+    path = graphs.overridable(tmp_path / "model.onnx")
+    instance = overridable_instance(path)
+    x = torch.randn(3, 4)
+    results = instance.infer(
+        [{"x": x, "scale": torch.full((3, 1), 4.0)}, {"x": x, "scale": torch.tensor([[1.0], [2.0], [1.0]])}]
+    )
+    assert isinstance(results[0], dict)
+    torch.testing.assert_close(results[0]["y"], ort_answer(path, {"x": x, "scale": torch.tensor([4.0])}))
+    assert isinstance(results[1], InputError)
+    assert "input 'scale' holds one value for the whole request" in str(results[1])
+
+
+def test_a_graph_that_mixes_rows_runs_its_requests_apart_unless_told_to_gather(tmp_path: Path) -> None:
+    path = graphs.quantized_mlp(tmp_path / "model.onnx")
+    config: dict[str, Any] = {
+        "max_batch_size": 8,
+        "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [graphs.MLP_FEATURES]}],
+        "output": [{"name": "logits", "data_type": "TYPE_FP32", "dims": [3]}],
+    }
+    torch.manual_seed(0)
+    rows = [torch.randn(1, graphs.MLP_FEATURES) * (1 + 10 * i) for i in range(6)]
+    requests = [{"x": row} for row in rows]
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    alone = [session.run(None, {"x": row.numpy()})[0] for row in rows]
+    for gather, runs in (("auto", len(rows)), ("yes", 1)):
+        instance = ModelInstance(
+            {**config, "parameters": {"gather_requests": {"string_value": gather}}}, path.parent, "CPU", 0
+        )
+        assert instance.gather is (gather == "yes")
+        before = instance.runner.stats.ort_runs
+        results = instance.infer(requests)
+        assert instance.runner.stats.ort_runs - before == runs
+        same = [
+            isinstance(result, dict) and np.array_equal(result["logits"].numpy(), want)
+            for result, want in zip(results, alone, strict=True)
+        ]
+        # apart, each request's answer is the one it gets alone; gathered, the small rows get the
+        # quantization scale of the large ones
+        assert all(same) if gather == "auto" else not all(same)
+
+
+def test_a_scalar_default_takes_the_one_value_triton_sends_as_1(tmp_path: Path) -> None:
+    path = graphs.scalar_default(tmp_path / "model.onnx")
+    x = torch.randn(2, 2)
+    for max_batch_size, scale in ((8, torch.full((2, 1), 3.0)), (0, torch.tensor([3.0]))):
+        instance = ModelInstance(
+            {
+                "max_batch_size": max_batch_size,
+                "input": [
+                    {"name": "x", "data_type": "TYPE_FP32", "dims": [2] if max_batch_size else [-1, 2]},
+                    {"name": "t", "data_type": "TYPE_FP32", "dims": [1], "optional": True},
+                ],
+                "output": [
+                    {"name": "y", "data_type": "TYPE_FP32", "dims": [2] if max_batch_size else [-1, 2]}
+                ],
+                "parameters": {"warmup": {"string_value": "false"}},
+            },
+            path.parent,
+            "CPU",
+            0,
+        )
+        with_t, without = instance.infer([{"x": x, "t": scale}, {"x": x}])
+        assert isinstance(with_t, dict) and isinstance(without, dict)
+        assert torch.equal(with_t["y"], x * 3.0) and torch.equal(without["y"], x * 0.5)

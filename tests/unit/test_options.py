@@ -59,3 +59,16 @@ def test_spinning_is_a_session_option() -> None:
     parameters = {"session.intra_op.allow_spinning": "true"}
     assert parse_options(parameters).allow_spinning is True
     assert ModelOptions().allow_spinning is None  # ModelInstance: off on CPU instances, ORT's elsewhere
+
+
+@pytest.mark.parametrize(("raw", "value"), [("auto", None), ("AUTO", None), ("yes", True), ("no", False)])
+def test_gather_requests_is_auto_by_default_or_forced_either_way(raw: str, value: bool | None) -> None:
+    assert ModelOptions().gather_requests is None
+    assert parse_options({"gather_requests": raw}).gather_requests is value
+
+
+def test_a_bad_gather_requests_value_names_the_words_it_takes() -> None:
+    with pytest.raises(
+        ConfigError, match=r"parameter 'gather_requests': 'sometimes' is not a boolean or auto"
+    ):
+        parse_options({"gather_requests": "sometimes"})

@@ -79,3 +79,21 @@ def test_string_tensors_are_bytes_with_no_torch_dtype() -> None:
     strings = from_onnx_type("tensor(string)", "ONNX input 'text'")
     assert (strings.triton_name, strings.config_name, strings.is_string) == ("BYTES", "TYPE_STRING", True)
     assert from_triton_type("TYPE_STRING", "config input 'text'") is strings
+
+
+SCALE = TensorSpec("scale", FP32, (1,))  # an overridable input without a batch axis
+
+
+def test_an_overridable_input_may_be_listed_or_left_out_but_a_required_one_is_never_optional() -> None:
+    check_config(config(), INPUTS, OUTPUTS, overridable=(SCALE,))
+    scale = {"name": "scale", "data_type": "TYPE_FP32", "dims": [1], "optional": True}
+    inputs = [*config()["input"], scale]
+    check_config(config(input=inputs), INPUTS, OUTPUTS, overridable=(SCALE,))
+    required_optional = [{**config()["input"][0], "optional": True}, scale]
+    with pytest.raises(ConfigError) as caught:
+        check_config(config(input=required_optional), INPUTS, OUTPUTS, overridable=(SCALE,))
+    assert "input 'np_script_embeddings' is optional in config.pbtxt, but the ONNX file needs it" in str(
+        caught.value
+    )
+    with pytest.raises(ConfigError, match="config input 'scale' is not in the ONNX file"):
+        check_config(config(input=inputs), INPUTS, OUTPUTS)  # a graph whose scale is no input

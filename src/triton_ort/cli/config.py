@@ -53,6 +53,8 @@ def _merge(entries: Any, completed: tuple[dict[str, Any], ...]) -> None:
         entry.data_type = model_config_pb2.DataType.Value(str(tensor["data_type"]))
         entry.ClearField("dims")
         entry.dims.extend(int(d) for d in tensor["dims"])
+        if "optional" in tensor:  # an overridable input (inputs only: ModelOutput has no such field)
+            entry.optional = bool(tensor["optional"])
         if "reshape" in tensor:
             entry.reshape.SetInParent()  # an empty shape is a reshape too: a tensor that is only the batch
             entry.reshape.ClearField("shape")
@@ -121,8 +123,8 @@ def completed_config(model_dir: Path) -> tuple[model_config_pb2.ModelConfig, str
         # ModelInstance's checks, in its order, with the ONNX file's graph where the load has its session.
         options = checked_options(served)
         hooks = load_hooks(version, options)
-        inputs, outputs = read_onnx_signature(version / options.onnx_file)
-        check_tensors(served, inputs, outputs, hooks)
+        inputs, outputs, overridable = read_onnx_signature(version / options.onnx_file)
+        check_tensors(served, inputs, outputs, hooks, overridable)
         if not_completed is not None:
             raise not_completed
     except TritonOrtError as error:
