@@ -2,19 +2,37 @@
 but this script): a scikit-learn pipeline through skl2onnx with ZipMap off, a BERT-style encoder from
 transformers with a small random config (torch.onnx's TorchScript exporter, dynamic batch and sequence), and
 an accumulator whose state travels with the client under Triton's sequence batcher. Small, so CI stays fast.
+The second repository's models are in tests/exported_ii.py.
+
+Below them, what both repositories' tests share: writing a repository of such models (a host without an
+exporter serves the others, and the missing ones' tests skip saying why), and asking the served models
+over HTTP and gRPC at once, every answer against in-process ONNX Runtime.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
 import warnings
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
+import pytest
+from numpy.typing import NDArray
 from onnx import TensorProto, helper
 
 from tests import graphs
+from tests.paths import SERVER_TOLERANCE
 from triton_ort.onnx_files import save_model
+from triton_ort.testing.reference import reference_outputs
+from triton_ort.testing.server import LocalTritonServer
+from triton_ort.testing.transport import PROTOCOLS, infer, make_client, model_config
 
 FEATURES = 4
 CLASSES = 3
@@ -135,3 +153,102 @@ sequence_batching {
 }
 """
 """What the accumulator's config.pbtxt adds to the two lines: the control inputs, mapped to model inputs."""
+
+
+TWO_LINES = 'backend: "onnxruntime_zerocopy"\nmax_batch_size: 8\n'
+"""The config a user writes for an exported model (auto-complete fills in the rest)."""
+CONCURRENCY = 8
+
+
+@dataclass(frozen=True)
+class Exported:
+    """A model of an exported-models repository: how its ONNX file is built, and its config.pbtxt."""
+
+    build: Callable[[Path], Path]
+    config: str = TWO_LINES
+    needs: tuple[str, ...] = ()
+    """The pip packages its exporter needs (requirements-dev.txt). A host without one of them (the GPU test
+    host has no index), or with one that cannot build the model (that host's transformers cannot import
+    BertModel), serves the other models, and this one's tests skip, saying why."""
+
+
+@dataclass(frozen=True)
+class Served:
+    """A running server of an exported-models repository: the ONNX files it serves, by model name, and
+    why each model that is not served is missing."""
+
+    server: LocalTritonServer
+    files: Mapping[str, Path]
+    missing: Mapping[str, str]
+
+    def onnx_file(self, model: str) -> Path:
+        """The model's ONNX file; skips the test when the model could not be built here."""
+        if model not in self.files:
+            pytest.skip(f"{model}: {self.missing.get(model, 'not built')}")
+        return self.files[model]
+
+    def url(self, protocol: str) -> str:
+        return self.server.http_url if protocol == "http" else self.server.grpc_url
+
+
+def write_repository(
+    repository: Path, models: Mapping[str, Exported]
+) -> tuple[dict[str, Path], dict[str, str]]:
+    """Each model built (its ONNX file beside the repository, for the reference) and copied into
+    `repository`: the files by name, and why each model that could not be built is missing."""
+    files: dict[str, Path] = {}
+    missing: dict[str, str] = {}
+    for name, model in models.items():
+        absent = [package for package in model.needs if importlib.util.find_spec(package) is None]
+        if absent:
+            missing[name] = f"{', '.join(absent)} not installed here (requirements-dev.txt)"
+            continue
+        try:
+            onnx_path = model.build(repository.parent / "onnx" / f"{name}.onnx")
+        except ImportError as error:
+            if not model.needs:
+                raise
+            first_line = str(error).splitlines()[0]
+            missing[name] = f"{', '.join(model.needs)} installed but could not export: {first_line}"
+            continue
+        version = repository / name / "1"
+        version.mkdir(parents=True)
+        shutil.copy(onnx_path, version / "model.onnx")
+        (repository / name / "config.pbtxt").write_text(model.config)
+        files[name] = onnx_path
+    return files, missing
+
+
+def concurrently(calls: list[Callable[[], None]], workers: int = CONCURRENCY) -> None:
+    with ThreadPoolExecutor(workers) as pool:
+        for future in [pool.submit(call) for call in calls]:
+            future.result()
+
+
+def check_answers(
+    served: Served,
+    model: str,
+    requests: list[dict[str, NDArray[Any]]],
+    compare: Callable[[str, NDArray[Any], NDArray[Any]], None],
+    workers: int = CONCURRENCY,
+) -> None:
+    """Every request over both protocols at once, each answer against the same request alone through
+    in-process ORT on the CPU."""
+    onnx_path = served.onnx_file(model)
+    names = [
+        str(entry["name"]) for entry in model_config(make_client("http", served.url("http")), model)["output"]
+    ]
+
+    def one(protocol: str, inputs: dict[str, NDArray[Any]]) -> None:
+        got, _ = infer(make_client(protocol, served.url(protocol)), model, inputs, names)
+        want = reference_outputs(onnx_path, inputs)
+        for name in names:
+            compare(name, got[name], want[name])
+
+    concurrently([partial(one, p, r) for p in PROTOCOLS for r in requests], workers)
+
+
+def close(name: str, got: NDArray[Any], want: NDArray[Any]) -> None:
+    """Same type, and the values within what the server's device allows (tests/paths.py)."""
+    assert got.dtype == want.dtype, name
+    np.testing.assert_allclose(got, want, err_msg=name, **SERVER_TOLERANCE)
