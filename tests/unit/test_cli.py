@@ -280,6 +280,37 @@ def test_with_no_input_given_every_input_is_random_with_the_batch_as_before(tmp_
     assert {name: array.shape for name, array in got.items()} == {"x": (3, 1), "y": (3, 1)}
 
 
+SCALED = FakeClient(
+    {
+        "name": "scaled",
+        "max_batch_size": 4,
+        "input": [
+            {"name": "x", "data_type": "TYPE_FP32", "dims": [4]},
+            {"name": "scale", "data_type": "TYPE_FP32", "dims": [1], "optional": True},
+        ],
+    },
+    {
+        "inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [-1, 4]},
+            {"name": "scale", "datatype": "FP32", "shape": [-1, 1]},
+        ]
+    },
+)
+
+
+def test_an_optional_input_is_left_out_unless_given(tmp_path: Path) -> None:
+    """An overridable initializer's input keeps the model's default: random rows would differ, and a
+    one-value input refuses rows that differ."""
+    assert sorted(inputs(SCALED, tmp_path, "--batch", "3")) == ["x"]
+    np.save(tmp_path / "x.npy", np.zeros((2, 4), np.float32))
+    assert sorted(inputs(SCALED, tmp_path, "--input", f"x={tmp_path / 'x.npy'}")) == ["x"]
+    np.save(tmp_path / "scale.npy", np.full((2, 1), 3.0, np.float32))
+    given = inputs(
+        SCALED, tmp_path, "--input", f"x={tmp_path / 'x.npy'}", "--input", f"scale={tmp_path / 'scale.npy'}"
+    )
+    assert np.array_equal(given["scale"], np.full((2, 1), 3.0, np.float32))
+
+
 @pytest.mark.parametrize(
     ("item", "words"),
     [("x=2,sixteen", "expected NAME=D1,D2"), ("z=2,16", "has no such input"), ("x=-1,16", "expected NAME")],

@@ -90,7 +90,8 @@ def _load_inputs(
     args: argparse.Namespace, signature: ModelSignature, metadata: dict[str, Any]
 ) -> dict[str, NDArray[Any]]:
     """The --inputs archive, the --input files and the --shape inputs, checked against the model's config;
-    every other input random, of their batch.
+    every other input random, of their batch, except optional ones (`optional: true`, an overridable
+    initializer): left out, so the model uses its default, and random data cannot break a one-value input.
 
     With --inputs, --input or --shape the batch is their first axis, so --batch is refused beside them
     rather than silently ignored; and an input left out whose axes are open is an error that names it, not
@@ -101,6 +102,7 @@ def _load_inputs(
             "leave --batch out"
         )
     metas = {meta.name: meta for meta in tensor_metas(metadata, "inputs")}
+    required = {name: meta for name, meta in metas.items() if name not in signature.optional_inputs}
     given = _read_npz(args.inputs) if args.inputs else {}
     for name, array in (_read_npy(item, signature) for item in args.input):
         if name in given:
@@ -114,7 +116,7 @@ def _load_inputs(
     batched = signature.max_batch_size > 0
     if given:
         batch = signature.check_inputs(given)
-        missing = [m for m in metas.values() if m.name not in given and _open_inner_axes(m, batched)]
+        missing = [m for m in required.values() if m.name not in given and _open_inner_axes(m, batched)]
         if missing:
             meta = missing[0]
             raise RequestError(
@@ -125,7 +127,7 @@ def _load_inputs(
     else:
         batch = 1 if args.batch is None else args.batch
         signature.check_batch(batch)  # before building the arrays: a refused batch costs nothing
-    generated = random_inputs([m for m in metas.values() if m.name not in given], batch, seed=args.seed)
+    generated = random_inputs([m for m in required.values() if m.name not in given], batch, seed=args.seed)
     return {**generated, **given}
 
 

@@ -27,6 +27,7 @@ class InputSpec:
     name: str
     datatype: str  # Triton wire type, e.g. FP32
     dims: tuple[int, ...]  # without the batch axis; -1 for a variable axis
+    optional: bool = False  # `optional: true` in the config: a request may leave it out
 
     @property
     def dtype(self) -> np.dtype[Any]:
@@ -49,7 +50,9 @@ class ModelSignature:
         """From the model config as tritonclient returns it in JSON (HTTP, or gRPC with as_json=True)."""
         message = json_format.ParseDict(config, model_config_pb2.ModelConfig(), ignore_unknown_fields=True)
         inputs = tuple(
-            InputSpec(tensor.name, _wire_type(tensor.data_type), tuple(int(d) for d in tensor.dims))
+            InputSpec(
+                tensor.name, _wire_type(tensor.data_type), tuple(int(d) for d in tensor.dims), tensor.optional
+            )
             for tensor in message.input
         )
         reshapes = {
@@ -58,6 +61,11 @@ class ModelSignature:
             if tensor.HasField("reshape")
         }
         return cls(message.name, message.max_batch_size, inputs, reshapes)
+
+    @property
+    def optional_inputs(self) -> frozenset[str]:
+        """Inputs a request may leave out (an overridable initializer's default then applies)."""
+        return frozenset(spec.name for spec in self.inputs if spec.optional)
 
     def as_served(self, name: str, array: NDArray[Any], served: tuple[int, ...]) -> NDArray[Any]:
         """An output as the model computes it (ONNX Runtime's, e.g. an --expect file) in the shape the
