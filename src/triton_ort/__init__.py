@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from .hooks import HookError, Postprocess, Preprocess, Tensors
     from .instance import ModelInstance
     from .options import ModelOptions, parse_options
+    from .providers import diagnose_missing_cuda_provider
     from .runner import IOBindingRunner
-    from .session import Placement, create_session, diagnose_missing_cuda_provider
+    from .session import Placement, create_session
 
 _MODULE_OF = {
     "ConfigError": ".errors",
@@ -46,7 +47,7 @@ _MODULE_OF = {
     "IOBindingRunner": ".runner",
     "Placement": ".session",
     "create_session": ".session",
-    "diagnose_missing_cuda_provider": ".session",
+    "diagnose_missing_cuda_provider": ".providers",
 }
 
 __all__ = [

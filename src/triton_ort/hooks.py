@@ -33,6 +33,7 @@ from .dtypes import from_triton_type
 from .errors import ConfigError, InputError, TritonOrtError
 from .runner import IOBindingRunner, OutputPlacement
 from .signature import TensorSpec, check_config
+from .tensor_checks import Signature, check_against_specs, signature_of
 
 Tensors = dict[str, torch.Tensor]
 """Tensors by name: what hooks take and return."""
@@ -54,13 +55,6 @@ class Postprocess(Protocol):
 
 class HookError(TritonOrtError):
     """A hook raised, or returned something that does not fit: the model's fault, not the client's."""
-
-
-Signature = tuple[tuple[str, torch.dtype, tuple[int, ...]], ...]
-
-
-def _signature(tensors: Mapping[str, torch.Tensor]) -> Signature:
-    return tuple((name, t.dtype, tuple(t.shape)) for name, t in tensors.items())
 
 
 @dataclass(frozen=True)
@@ -89,29 +83,6 @@ class ClientSpecs:
             )
 
         return cls(specs("input"), specs("output"), batched)
-
-
-def check_tensors(specs: Sequence[TensorSpec], tensors: Mapping[str, torch.Tensor], what: str) -> None:
-    """Raise InputError when `tensors` do not have exactly the names, dtypes and fixed axes of `specs`."""
-    if not isinstance(tensors, Mapping) or not all(isinstance(t, torch.Tensor) for t in tensors.values()):
-        raise InputError(f"{what}: expected a dict of str -> torch.Tensor, got {_describe(tensors)}")
-    expected = {spec.name for spec in specs}
-    if tensors.keys() != expected:
-        unknown, missing = sorted(tensors.keys() - expected), sorted(expected - tensors.keys())
-        raise InputError(f"{what}: expected tensors {sorted(expected)}; missing {missing}, unknown {unknown}")
-    for spec in specs:
-        tensor = tensors[spec.name]
-        want = spec.element_type
-        if tensor.dtype != want.torch_dtype:
-            raise InputError(
-                f"{what}: {spec.name!r} must be {want.torch_dtype} ({want.triton_name}), got {tensor.dtype}"
-            )
-        shape = tuple(tensor.shape)
-        if len(shape) != len(spec.shape) or any(
-            isinstance(d, int) and d != n for d, n in zip(spec.shape, shape, strict=False)
-        ):
-            wanted = ["?" if not isinstance(d, int) else d for d in spec.shape]
-            raise InputError(f"{what}: {spec.name!r} must have shape {wanted}, got {list(shape)}")
 
 
 def _describe(value: object) -> str:
@@ -245,9 +216,9 @@ class HookedRunner:
 
     def validate(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """The client's tensors against config.pbtxt's inputs (the ONNX file's are preprocess's business)."""
-        signature = _signature(tensors)
+        signature = signature_of(tensors)
         if signature not in self._valid_client_inputs:
-            check_tensors(self.client.inputs, tensors, "request")
+            check_against_specs(self.client.inputs, tensors, "input")
             if len(self._valid_client_inputs) < 1024:
                 self._valid_client_inputs.add(signature)
 
@@ -278,7 +249,7 @@ class HookedRunner:
         return self._place(outputs)
 
     def _check_model_inputs(self, model_inputs: Any) -> None:
-        if _all_tensors(model_inputs) and _signature(model_inputs) in self._valid_model_inputs:
+        if _all_tensors(model_inputs) and signature_of(model_inputs) in self._valid_model_inputs:
             return
         try:
             if not _all_tensors(model_inputs):
@@ -289,17 +260,17 @@ class HookedRunner:
                 f"{self._preprocess_name} returned tensors that do not fit the ONNX model: {error}"
             ) from error
         if len(self._valid_model_inputs) < 1024:
-            self._valid_model_inputs.add(_signature(model_inputs))
+            self._valid_model_inputs.add(signature_of(model_inputs))
 
     def _check_outputs(self, outputs: Any, rows: int | None) -> None:
         # The rows are part of the key: the same output shapes can be right for one batch, wrong for another.
-        key = (rows, _signature(outputs)) if _all_tensors(outputs) else None
+        key = (rows, signature_of(outputs)) if _all_tensors(outputs) else None
         if key in self._valid_outputs:
             return
         try:
             if not _all_tensors(outputs):
                 raise InputError(f"expected a dict of str -> torch.Tensor, got {_describe(outputs)}")
-            check_tensors(self.client.outputs, outputs, "outputs")
+            check_against_specs(self.client.outputs, outputs, "output")
             if rows is not None:
                 for name, tensor in outputs.items():
                     if tensor.shape[0] != rows:

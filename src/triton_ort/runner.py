@@ -50,8 +50,9 @@ import torch.utils.dlpack
 from .errors import ConfigError, InputError
 from .options import DEFAULT_HOST_OUTPUT_MAX_BYTES
 from .session import Placement, session_placement
-from .signature import Dim, TensorSpec, one_value_per_request, read_specs
+from .signature import TensorSpec, one_value_per_request, read_specs
 from .stats import RunnerStats
+from .tensor_checks import Signature, check_against_specs, check_shared_axes, signature_of
 
 
 @dataclass(frozen=True)
@@ -92,12 +93,6 @@ def _plan_output_shape(spec: TensorSpec, inputs: Sequence[TensorSpec]) -> tuple[
     return tuple(plan)
 
 
-def _shape_text(shape: Sequence[Dim]) -> str:
-    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
-
-
-Signature = tuple[tuple[str, torch.dtype, tuple[int, ...]], ...]
-
 NO_GRAPH = -1
 """ORT's gpu_graph_id for a run that neither captures nor replays a CUDA graph."""
 
@@ -130,10 +125,6 @@ MAX_CUDA_GRAPHS = 32
 """CUDA graph ids a runner gives out; past it, new signatures run without a graph. A captured plan is never
 evicted (its graph replays on the addresses of its buffers), and an id is never given twice: a plan
 dropped after a failed run leaves its id captured in ORT on buffers that are gone."""
-
-
-def _signature(tensors: Mapping[str, torch.Tensor]) -> Signature:
-    return tuple((name, tensor.dtype, tensor.shape) for name, tensor in tensors.items())  # Size: a tuple
 
 
 @dataclass
@@ -178,7 +169,6 @@ class IOBindingRunner:
         """The inputs a run may give (initializers that are also graph inputs: the file holds a default)."""
         self.shared_inputs = frozenset(s.name for s in self.overridable if one_value_per_request(s))
         """Overridable inputs without a batch axis: one value for all the rows of a run (gather.py)."""
-        self._overridable_names = {spec.name for spec in self.overridable}
         self.outputs = read_specs(session.get_outputs(), "output")
         self._output_shapes = {spec.name: _plan_output_shape(spec, self.inputs) for spec in self.outputs}
         # Requests can be concatenated along axis 0 only if every output's first axis is that same batch
@@ -248,10 +238,11 @@ class IOBindingRunner:
     def validate(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Raise InputError naming the input, what was expected and what came."""
         # Requests repeat a few signatures; each is checked in full once.
-        signature = _signature(tensors)
+        signature = signature_of(tensors)
         if signature in self._valid_signatures:
             return
-        self._check(tensors)
+        check_against_specs(self.inputs, tensors, "input", optional=self.overridable)
+        check_shared_axes(self.bound_specs(tensors), tensors)
         if len(self._valid_signatures) < 1024:
             self._valid_signatures.add(signature)
 
@@ -261,51 +252,6 @@ class IOBindingRunner:
         if not self.overridable:
             return self.inputs
         return self.inputs + tuple(spec for spec in self.overridable if spec.name in tensors)
-
-    def _check(self, tensors: Mapping[str, torch.Tensor]) -> None:
-        expected = {spec.name for spec in self.inputs}
-        unknown = sorted(tensors.keys() - expected - self._overridable_names)
-        missing = sorted(expected - tensors.keys())
-        known = f"the model's inputs are {sorted(expected)}"
-        if self.overridable:
-            known += f", and it may take {sorted(self._overridable_names)} (each has a default)"
-        if unknown:
-            raise InputError(f"unknown input(s) {unknown}; {known}")
-        if missing:
-            raise InputError(f"missing input(s) {missing}; {known}")
-        for spec in self.bound_specs(tensors):
-            tensor = tensors[spec.name]
-            want = spec.element_type
-            if want.is_string != isinstance(tensor, np.ndarray) or (
-                not want.is_string and tensor.dtype != want.torch_dtype
-            ):
-                wanted = "BYTES" if want.is_string else f"{want.triton_name} ({want.torch_dtype})"
-                raise InputError(f"input {spec.name!r}: expected {wanted}, got {tensor.dtype}")
-            shape = tuple(tensor.shape)
-            fits = len(shape) == len(spec.shape) and all(
-                not isinstance(d, int) or d == n for d, n in zip(spec.shape, shape, strict=True)
-            )
-            if not fits:
-                raise InputError(
-                    f"input {spec.name!r}: expected shape {_shape_text(spec.shape)}, got {list(shape)}"
-                )
-        self._check_shared_axes(tensors)
-
-    def _check_shared_axes(self, tensors: Mapping[str, torch.Tensor]) -> None:
-        """Axes that the model names alike (e.g. 'batch') must have one size across the inputs; output
-        shapes are derived from them."""
-        seen: dict[str, tuple[str, int]] = {}
-        for spec in self.bound_specs(tensors):
-            for axis, dim in enumerate(spec.shape):
-                if not isinstance(dim, str):
-                    continue
-                size = int(tensors[spec.name].shape[axis])
-                first = seen.setdefault(dim, (spec.name, size))
-                if first[1] != size:
-                    raise InputError(
-                        f"inputs {first[0]!r} and {spec.name!r} must agree on axis {dim!r}: "
-                        f"got {first[1]} and {size}"
-                    )
 
     @property
     def plan_count(self) -> int:
@@ -424,7 +370,7 @@ class IOBindingRunner:
         still hold an answer (given in this execute, or to a caller that declares no executes)."""
         if self._execute == 0:
             return self._new_plan(tensors, graph=False)
-        signature = _signature(tensors)
+        signature = signature_of(tensors)
         plan = self._graph_plans.get(signature) or self._plans.get(signature)
         if plan is None:
             graph = self._cuda_graph and self._graph_ids_given < MAX_CUDA_GRAPHS

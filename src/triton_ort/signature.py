@@ -56,7 +56,8 @@ def one_value_per_request(spec: TensorSpec) -> bool:
     return not spec.shape or isinstance(spec.shape[0], int)
 
 
-def _shape_text(shape: Sequence[Dim]) -> str:
+def shape_text(shape: Sequence[Dim]) -> str:
+    """A spec's shape as messages write it: [batch, 2010], '?' for an unknown axis."""
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
@@ -105,7 +106,7 @@ def _compare(
         fix = _rank_fix(spec, entry, max_batch_size if batched else 0)
         problems.append(
             f"{where}: config shape {config_shape} (max_batch_size {max_batch_size}, {named} {dims}) has "
-            f"rank {len(config_shape)}, the ONNX file's {_shape_text(spec.shape)} has rank "
+            f"rank {len(config_shape)}, the ONNX file's {shape_text(spec.shape)} has rank "
             f"{len(spec.shape)}{fix}"
         )
         return problems
@@ -120,7 +121,7 @@ def _compare(
             continue
         problems.append(
             f"{where}: axis {axis} is {want} in config.pbtxt but {onnx_dim} in the ONNX file "
-            f"(config dims should be {_shape_text(spec.shape[len(batch) :])})"
+            f"(config dims should be {shape_text(spec.shape[len(batch) :])})"
         )
     return problems
 
@@ -142,8 +143,8 @@ def _compare_control(spec: TensorSpec, control: ControlInput, max_batch_size: in
     )
     if not fits:
         problems.append(
-            f"{where}: Triton sends it with shape {_shape_text(want)}, the ONNX file's is "
-            f"{_shape_text(spec.shape)}"
+            f"{where}: Triton sends it with shape {shape_text(want)}, the ONNX file's is "
+            f"{shape_text(spec.shape)}"
         )
     return problems
 

@@ -14,21 +14,11 @@ import re
 import sys
 from pathlib import Path
 
-ORT_DISTRIBUTIONS = re.compile(r"^(onnxruntime(-[a-z0-9-]+)?|ort-nightly(-[a-z0-9-]+)?)$")
+from .distributions import listed, ort_distributions
 
 
 class StackError(Exception):
     """One line: the cause, then 'Fix: ...'."""
-
-
-def ort_distributions() -> dict[str, str]:
-    """Installed distributions that provide the `onnxruntime` module -> their versions."""
-    found = {}
-    for dist in importlib.metadata.distributions():
-        name = re.sub(r"[-_.]+", "-", dist.metadata["Name"] or "").lower()
-        if ORT_DISTRIBUTIONS.match(name):
-            found[name] = dist.version
-    return found
 
 
 def _major_from_requirements(requirements: list[str], package: str) -> int | None:
@@ -66,19 +56,19 @@ def ort_cuda_majors(module_dir: Path) -> tuple[int | None, int | None]:
 
 def check_distributions(expect: str) -> None:
     owners = ort_distributions()
-    listed = ", ".join(f"{name}=={version}" for name, version in sorted(owners.items())) or "none"
+    shown = listed(owners)
     if not owners:
         raise StackError(
             f"no ONNX Runtime is installed. Fix: pip install onnxruntime{'-gpu' * (expect == 'cuda')}"
         )
     if len(owners) > 1:
         raise StackError(
-            f"{listed} are all installed; they share the module 'onnxruntime' and shadow each other. Fix: "
+            f"{shown} are all installed; they share the module 'onnxruntime' and shadow each other. Fix: "
             "pip uninstall -y " + " ".join(sorted(owners)) + f" && pip install {sorted(owners)[-1]}"
         )
     if expect == "cuda" and "onnxruntime-gpu" not in owners:
         raise StackError(
-            f"this is a GPU host but {listed} is a CPU build. Fix: pip uninstall -y {listed.split('==')[0]} "
+            f"this is a GPU host but {shown} is a CPU build. Fix: pip uninstall -y {shown.split('==')[0]} "
             "&& pip install onnxruntime-gpu (make venv does this from requirements-cuda.txt)"
         )
 
@@ -114,7 +104,7 @@ def check_cuda() -> str:
             f"torch uses cuDNN {torch_cudnn} but onnxruntime-gpu {ort.__version__} needs cuDNN {ort_cudnn}. "
             "Fix: a matching pair (requirements-cuda.txt)"
         )
-    from .session import CUDA_EP, diagnose_missing_cuda_provider, preload_cuda_libraries
+    from .providers import CUDA_EP, diagnose_missing_cuda_provider, preload_cuda_libraries
 
     preload_cuda_libraries()
     session = ort.InferenceSession(_identity_model(), providers=[CUDA_EP, "CPUExecutionProvider"])

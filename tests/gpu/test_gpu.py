@@ -28,13 +28,12 @@ from tests.repository import build_test_repository
 from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
 from triton_ort import runner as runner_module
 from triton_ort.copy_counter import cupti_counts_from_log
+from triton_ort.providers import CUDA_EP, diagnose_missing_cuda_provider
 from triton_ort.runner import OutputPlacement
 from triton_ort.session import (
-    CUDA_EP,
     _new_session,
     cuda_options_not_applied,
     cuda_provider_options,
-    diagnose_missing_cuda_provider,
     ort_log_severity,
 )
 from triton_ort.stats import ExecuteStats

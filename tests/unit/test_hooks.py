@@ -139,8 +139,15 @@ def postprocess(outputs, inputs):
             "def preprocess(inputs):\n    return {'np_script_embeddings': inputs['raw_embeddings'].float()}\n"
             "def postprocess(outputs, inputs):\n"
             "    return {'top_scores': outputs['np_logits'], 'top_classes': outputs['np_logits']}\n",
-            ":postprocess returned outputs that do not fit config.pbtxt: outputs: 'top_classes' must be "
-            "torch.int64",
+            ":postprocess returned outputs that do not fit config.pbtxt: output 'top_classes': expected "
+            "INT64 (torch.int64), got torch.float32",
+        ),
+        (
+            "def preprocess(inputs):\n    return {'np_script_embeddings': inputs['raw_embeddings'].float()}\n"
+            "def postprocess(outputs, inputs):\n"
+            "    return {'top_scores': outputs['np_logits'], 'logits': outputs['np_logits']}\n",
+            ":postprocess returned outputs that do not fit config.pbtxt: unknown output(s) ['logits'], "
+            "missing output(s) ['top_classes']; the model's outputs are ['top_classes', 'top_scores']",
         ),
         (
             "import torch\n"
@@ -152,7 +159,7 @@ def postprocess(outputs, inputs):
             "batch axis for a batch of 3",
         ),
     ],
-    ids=["wrong-dtype", "wrong-name", "not-a-dict", "wrong-output-dtype", "rows-lost"],
+    ids=["wrong-dtype", "wrong-name", "not-a-dict", "wrong-output-dtype", "wrong-output-name", "rows-lost"],
 )
 def test_what_a_hook_returns_is_checked_and_the_error_names_it(
     tmp_path: Path, hooks_source: str, message: str
@@ -211,7 +218,7 @@ def test_a_request_that_does_not_fit_the_config_is_the_clients_error(tmp_path: P
     instance = instance_with(tmp_path, None)
     (result,) = instance.infer([{"raw_embeddings": torch.zeros(2, 2010)}])
     assert isinstance(result, InputError) and not isinstance(result, HookError)
-    assert str(result) == "request: 'raw_embeddings' must be torch.uint8 (UINT8), got torch.float32"
+    assert str(result) == "input 'raw_embeddings': expected UINT8 (torch.uint8), got torch.float32"
 
 
 def test_without_a_batch_axis_in_the_config_requests_run_through_the_hooks_one_by_one(

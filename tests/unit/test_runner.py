@@ -132,6 +132,11 @@ def test_non_contiguous_input_is_bound_correctly() -> None:
             {"np_script_embeddings": torch.zeros(1, 2010), "extra": torch.zeros(1)},
             "unknown input(s) ['extra']; the model's inputs are ['np_script_embeddings']",
         ),
+        (
+            {"extra": torch.zeros(1)},
+            "unknown input(s) ['extra'], missing input(s) ['np_script_embeddings']; the model's inputs are "
+            "['np_script_embeddings']",
+        ),
     ],
 )
 def test_input_errors_name_what_was_expected_and_what_came(

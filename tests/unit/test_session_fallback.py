@@ -10,11 +10,11 @@ import pytest
 
 from tests.paths import demo_onnx
 from triton_ort import ModelOptions, Placement
+from triton_ort.providers import diagnose_missing_cuda_provider
 from triton_ort.session import (
     _new_session,
     cuda_options_not_applied,
     cuda_provider_options,
-    diagnose_missing_cuda_provider,
     ep_error_of,
 )
 

@@ -7,15 +7,14 @@ import pytest
 
 from tests.paths import demo_onnx
 from triton_ort import ModelOptions, Placement, ProviderError, create_session
-from triton_ort.session import (
+from triton_ort.providers import (
     CPU_EP,
     CUDA_EP,
     OPENVINO_EP,
     TENSORRT_EP,
-    _session_options,
     diagnose_missing_tensorrt_provider,
-    requested_providers,
 )
+from triton_ort.session import _session_options, requested_providers
 
 TRT = ModelOptions(tensorrt_options={"trt_fp16_enable": "1", "trt_engine_cache_enable": "1"})
 

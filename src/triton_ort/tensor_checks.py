@@ -1,0 +1,78 @@
+"""Run-time checks of tensors against TensorSpecs, in one wording: the runner's inputs against the ONNX
+file's, and the hooks' tensors against config.pbtxt's inputs and outputs.
+
+Requests repeat a few signatures (names, dtypes, shapes), so callers check a signature in full once and
+cache it: `signature_of` is the cache key, taken on every request, and allocates only its tuples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from .errors import InputError
+from .signature import TensorSpec, shape_text
+
+Signature = tuple[tuple[str, torch.dtype, tuple[int, ...]], ...]
+
+
+def signature_of(tensors: Mapping[str, torch.Tensor]) -> Signature:
+    return tuple((name, tensor.dtype, tensor.shape) for name, tensor in tensors.items())  # Size: a tuple
+
+
+def check_against_specs(
+    specs: Sequence[TensorSpec],
+    tensors: Mapping[str, torch.Tensor],
+    kind: str,
+    optional: Sequence[TensorSpec] = (),
+) -> None:
+    """Raise InputError naming the tensor (`kind`: 'input' or 'output'), what was expected and what came,
+    unless `tensors` have exactly the names (those of `specs`, and any of `optional`: inputs with a
+    default, ONNX Runtime's overridable initializers), dtypes and fixed axes of their specs. A string spec
+    takes a numpy array (Triton's BYTES), every other spec a torch tensor."""
+    expected = {spec.name for spec in specs}
+    may_take = {spec.name for spec in optional}
+    unknown, missing = sorted(tensors.keys() - expected - may_take), sorted(expected - tensors.keys())
+    if unknown or missing:
+        pairs = (("unknown", unknown), ("missing", missing))
+        wrong = [f"{what} {kind}(s) {names}" for what, names in pairs if names]
+        known = f"the model's {kind}s are {sorted(expected)}"
+        if may_take:
+            known += f", and it may take {sorted(may_take)} (each has a default)"
+        raise InputError(f"{', '.join(wrong)}; {known}")
+    given = [spec for spec in optional if spec.name in tensors]
+    for spec in (*specs, *given):
+        tensor = tensors[spec.name]
+        want = spec.element_type
+        if want.is_string != isinstance(tensor, np.ndarray) or (
+            not want.is_string and tensor.dtype != want.torch_dtype
+        ):
+            wanted = "BYTES" if want.is_string else f"{want.triton_name} ({want.torch_dtype})"
+            raise InputError(f"{kind} {spec.name!r}: expected {wanted}, got {tensor.dtype}")
+        shape = tuple(tensor.shape)
+        fits = len(shape) == len(spec.shape) and all(
+            not isinstance(d, int) or d == n for d, n in zip(spec.shape, shape, strict=True)
+        )
+        if not fits:
+            raise InputError(
+                f"{kind} {spec.name!r}: expected shape {shape_text(spec.shape)}, got {list(shape)}"
+            )
+
+
+def check_shared_axes(specs: Sequence[TensorSpec], tensors: Mapping[str, torch.Tensor]) -> None:
+    """Axes that the model names alike (e.g. 'batch') must have one size across the inputs; output
+    shapes are derived from them."""
+    seen: dict[str, tuple[str, int]] = {}
+    for spec in specs:
+        for axis, dim in enumerate(spec.shape):
+            if not isinstance(dim, str):
+                continue
+            size = int(tensors[spec.name].shape[axis])
+            first = seen.setdefault(dim, (spec.name, size))
+            if first[1] != size:
+                raise InputError(
+                    f"inputs {first[0]!r} and {spec.name!r} must agree on axis {dim!r}: "
+                    f"got {first[1]} and {size}"
+                )
