@@ -99,7 +99,7 @@ METRICS_PORT ?= 8002
 
 .PHONY: serve
 serve: models ## run the local tritonserver in the foreground on $(MODEL_REPOSITORY) (HTTP_PORT/GRPC_PORT/METRICS_PORT, default 8000/8001/8002; MPS=1: under CUDA MPS)
-	$(PYTHON) -m triton_ort.testing.server --model-repository $(MODEL_REPOSITORY) \
+	$(PYTHON) -m triton_ort.cli serve --model-repository $(MODEL_REPOSITORY) \
 		--http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) $(if $(filter 1,$(MPS)),--mps)
 
 .PHONY: bench

@@ -36,8 +36,8 @@ from client.bench_common import (
     write_report,
 )
 from client.load import Workload
-from triton_ort.testing.server import exit_on_termination
-from triton_ort.testing.transport import STAGES
+from triton_ort.harness.server import exit_on_termination
+from triton_ort.harness.transport import STAGES
 
 
 def run_rounds(args: argparse.Namespace) -> dict[str, dict[str, list[dict[str, Any]]]]:

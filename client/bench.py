@@ -55,9 +55,9 @@ from client.bench_common import (
     write_report,
 )
 from client.load import Workload, load_in_processes, request_workers
-from triton_ort.testing.reference import compare
-from triton_ort.testing.server import exit_on_termination
-from triton_ort.testing.transport import STAGES, ModelStatistics
+from triton_ort.harness.reference import compare
+from triton_ort.harness.server import exit_on_termination
+from triton_ort.harness.transport import STAGES, ModelStatistics
 
 
 @dataclass
@@ -218,7 +218,7 @@ def measure_server(
 def pytriton_server(onnx_path: Path, name: str) -> Iterator[str]:
     """PyTriton serving the same function in a child process. Its log and its workspace (model store,
     sockets) live in a temporary folder that is removed afterwards, whatever happened."""
-    from triton_ort.testing.server import free_port
+    from triton_ort.harness.server import free_port
 
     ports = [free_port() for _ in range(3)]
     # Short names: the workspace holds PyTriton's unix sockets, whose paths must fit in 107 bytes.

@@ -21,8 +21,8 @@ import torch
 import tritonclient.grpc as grpcclient
 
 from client.load import Workload, load_in_processes, request_workers
-from triton_ort.testing.reference import compare
-from triton_ort.testing.transport import ModelStatistics
+from triton_ort.harness.reference import compare
+from triton_ort.harness.transport import ModelStatistics
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = {"demo": 100, "mlp1024": 256, "mlp4096": 1024}
@@ -106,7 +106,7 @@ def transport_for_ours() -> str:
 def serving(repository: Path, models: list[str], **kwargs: Any) -> contextlib.AbstractContextManager[Any]:
     """Our tritonserver with only `models` loaded (the repository also holds the sweep's variants).
     2 GiB of CUDA pool: 16 requests of the 4096-wide MLP carry 16 MiB in and out each."""
-    from triton_ort.testing.server import LocalTritonServer
+    from triton_ort.harness.server import LocalTritonServer
 
     loads = [f"--load-model={name}" for name in models]
     return LocalTritonServer(

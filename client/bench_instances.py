@@ -24,8 +24,8 @@ import psutil
 
 from client.bench_common import BATCH, ROOT, aligned, host_environment, measure_point, serving, write_report
 from client.load import Workload
-from triton_ort.testing.processes import MIB, MemorySnapshot, gpu_memory_by_pid, stub_processes
-from triton_ort.testing.server import exit_on_termination
+from triton_ort.harness.processes import MIB, MemorySnapshot, gpu_memory_by_pid, stub_processes
+from triton_ort.harness.server import exit_on_termination
 
 MPS_SERVER = "nvidia-cuda-mps-server"
 

@@ -33,9 +33,9 @@ from numpy.typing import NDArray
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.grpc import model_config_pb2
 
+from triton_ort.harness.reference import reference_outputs
+from triton_ort.harness.transport import infer
 from triton_ort.onnx_files import save_model
-from triton_ort.testing.reference import reference_outputs
-from triton_ort.testing.transport import infer
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_PY = ROOT / "model_repository" / "demo" / "1" / "model.py"
@@ -129,7 +129,7 @@ def throughput(url: str, model: str, x: NDArray[Any], threads: int, seconds: flo
 
 @contextlib.contextmanager
 def serving(repository: Path) -> Iterator[Any]:
-    from triton_ort.testing.server import LocalTritonServer
+    from triton_ort.harness.server import LocalTritonServer
 
     pools = [f"--cuda-memory-pool-byte-size={gpu}:{256 << 20}" for gpu in range(torch.cuda.device_count())]
     with LocalTritonServer(repository, extra_args=pools, startup_timeout_s=300) as server:

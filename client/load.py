@@ -23,8 +23,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 from numpy.typing import NDArray
 
-from triton_ort.testing.reference import reference_outputs
-from triton_ort.testing.transport import infer_inputs
+from triton_ort.harness.reference import reference_outputs
+from triton_ort.harness.transport import infer_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 

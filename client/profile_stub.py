@@ -40,8 +40,8 @@ import tritonclient.grpc as grpcclient
 
 from client.bench_common import BATCH, ROOT, aligned, serving, sync_load, transport_for_ours
 from client.load import Workload, load_in_processes, request_workers
-from triton_ort.testing.processes import stub_processes
-from triton_ort.testing.transport import ModelStatistics
+from triton_ort.harness.processes import stub_processes
+from triton_ort.harness.transport import ModelStatistics
 
 SHARES = ("ort", "gpu_wait", "torch", "stub_objects", "python")
 # Variants of each model in the benchmark repository (scripts/build_models.py --bench).

@@ -16,9 +16,9 @@ import numpy as np
 from tritonclient.utils import InferenceServerException
 
 from triton_ort.cli.infer import one_line
-from triton_ort.testing.reference import compare, random_inputs, reference_outputs
-from triton_ort.testing.server import exit_on_termination
-from triton_ort.testing.transport import infer, make_client, model_metadata, tensor_metas
+from triton_ort.harness.reference import compare, random_inputs, reference_outputs
+from triton_ort.harness.server import exit_on_termination
+from triton_ort.harness.transport import infer, make_client, model_metadata, tensor_metas
 
 
 @contextlib.contextmanager
@@ -26,7 +26,8 @@ def _server(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     if not args.local:
         yield args.http_url, args.grpc_url
         return
-    from triton_ort.testing.server import LocalTritonServer, ServerStartError
+    from triton_ort.harness.checks import ServerStartError
+    from triton_ort.harness.server import LocalTritonServer
 
     print(f"starting the local tritonserver on {args.model_repository} ...", flush=True)
     server = LocalTritonServer(args.model_repository)

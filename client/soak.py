@@ -42,12 +42,12 @@ from numpy.typing import NDArray
 from tqdm import tqdm
 from tritonclient.utils import InferenceServerException
 
-from triton_ort.testing.malformed import malformed_requests
-from triton_ort.testing.processes import MIB, MemorySnapshot
-from triton_ort.testing.reference import compare, random_array, reference_outputs
-from triton_ort.testing.releases import Release, server_release
-from triton_ort.testing.server import exit_on_termination
-from triton_ort.testing.transport import (
+from triton_ort.harness.malformed import malformed_requests
+from triton_ort.harness.processes import MIB, MemorySnapshot
+from triton_ort.harness.reference import compare, random_array, reference_outputs
+from triton_ort.harness.releases import Release, server_release
+from triton_ort.harness.server import exit_on_termination
+from triton_ort.harness.transport import (
     TensorMeta,
     WireTensor,
     infer_inputs,
@@ -130,7 +130,7 @@ def good_requests(facts: ModelFacts, count: int, max_rows: int, seed: int) -> li
 
 
 def bad_requests(facts: ModelFacts, release: Release, seed: int) -> list[SoakRequest]:
-    """The catalogue's malformed requests for the model (triton_ort.testing.malformed)."""
+    """The catalogue's malformed requests for the model (triton_ort.harness.malformed)."""
     return [
         SoakRequest(m.kind, m.inputs, error=m.says, statuses=release.statuses(m.code))
         for m in malformed_requests(facts.name, facts.inputs, facts.max_batch_size, seed)
@@ -301,7 +301,7 @@ def _server(args: argparse.Namespace) -> Iterator[tuple[str, str, int | None]]:
     if not args.local:
         yield args.http_url, args.grpc_url, args.server_pid
         return
-    from triton_ort.testing.server import LocalTritonServer
+    from triton_ort.harness.server import LocalTritonServer
 
     print(f"starting the local tritonserver on {args.model_repository} ...", flush=True)
     with LocalTritonServer(args.model_repository) as server:

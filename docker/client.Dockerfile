@@ -22,7 +22,7 @@ RUN python -m pip install --no-cache-dir --only-binary=:all: --require-hashes \
  && rm /tmp/requirements-client.txt
 
 COPY client/ client/
-# The harness the client shares with tests/ (triton_ort.testing); importing it loads no torch.
+# The harness the client shares with tests/ (triton_ort.harness); importing it loads no torch.
 COPY src/triton_ort/ triton_ort/
 COPY --from=server /models /models
 

@@ -29,10 +29,10 @@ from onnx import TensorProto, helper
 
 from tests import graphs
 from tests.paths import SERVER_TOLERANCE
+from triton_ort.harness.reference import reference_outputs
+from triton_ort.harness.server import LocalTritonServer
+from triton_ort.harness.transport import PROTOCOLS, infer, make_client, model_config
 from triton_ort.onnx_files import save_model
-from triton_ort.testing.reference import reference_outputs
-from triton_ort.testing.server import LocalTritonServer
-from triton_ort.testing.transport import PROTOCOLS, infer, make_client, model_config
 
 FEATURES = 4
 CLASSES = 3

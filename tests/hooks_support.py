@@ -11,8 +11,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tests.paths import MODEL_REPOSITORY, demo_onnx
-from triton_ort.testing.reference import reference_outputs
-from triton_ort.testing.repository import pin_one_instance, read_config, write_config
+from triton_ort.harness.reference import reference_outputs
+from triton_ort.harness.repository import pin_one_instance, read_config, write_config
 
 EXAMPLE = MODEL_REPOSITORY / "demo_hooks"
 HANDOFF_REPOSITORY = MODEL_REPOSITORY.parent / "examples" / "gpu_handoff"

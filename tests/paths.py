@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any, TypedDict
 
-from triton_ort.testing.repository import read_config
-from triton_ort.testing.server import gpu_present
+from triton_ort.harness.repository import read_config
+from triton_ort.harness.server import gpu_present
 
 
 class Tolerance(TypedDict):

@@ -1,5 +1,5 @@
 """The model repositories of the server tests, each model served by the same generic model.py and
-written into a temporary directory from typed specs (triton_ort.testing.repository).
+written into a temporary directory from typed specs (triton_ort.harness.repository).
 
 - `demo` (one instance), `multi_io` (fp16, int64, bool), `gather` (an index out of range fails inside ORT,
   for that request's values only): the integration tests.
@@ -20,7 +20,7 @@ from tritonclient.grpc import model_config_pb2
 
 from tests import graphs
 from tests.paths import DEMO_MODEL_PY, MODEL_REPOSITORY, demo_onnx
-from triton_ort.testing.repository import (
+from triton_ort.harness.repository import (
     ModelSpec,
     TensorSpec,
     add_model,

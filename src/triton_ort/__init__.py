@@ -1,6 +1,6 @@
 """Zero-copy ONNX Runtime models for Triton Inference Server's Python backend.
 
-The names below load on first use (PEP 562): `import triton_ort.testing...` must not import torch and
+The names below load on first use (PEP 562): `import triton_ort.harness...` must not import torch and
 ONNX Runtime, so that the smoke client's image (tritonclient, numpy, CPU onnxruntime; no torch) can use
 the harness.
 """

@@ -13,10 +13,10 @@ import pytest
 from render_manifests import render
 
 from tests.paths import ROOT, SERVER_TOLERANCE, demo_onnx
-from triton_ort.testing.reference import reference_outputs
-from triton_ort.testing.repository import pin_one_instance
-from triton_ort.testing.server import LocalTritonServer
-from triton_ort.testing.transport import infer
+from triton_ort.harness.reference import reference_outputs
+from triton_ort.harness.repository import pin_one_instance
+from triton_ort.harness.server import LocalTritonServer
+from triton_ort.harness.transport import infer
 
 pytestmark = pytest.mark.integration
 

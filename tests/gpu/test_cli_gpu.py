@@ -13,8 +13,8 @@ import pytest
 
 from tests.paths import ROOT, demo_onnx
 from tests.repository import build_test_repository
-from triton_ort.testing.reference import reference_outputs
-from triton_ort.testing.server import LocalTritonServer
+from triton_ort.harness.reference import reference_outputs
+from triton_ort.harness.server import LocalTritonServer
 
 pytestmark = pytest.mark.gpu
 

@@ -23,8 +23,8 @@ from tests.integration.test_readme import readme_blocks
 from tests.paths import TF32_TOLERANCE, demo_onnx
 from triton_ort.autocomplete import ZERO_COPY_LINE
 from triton_ort.copy_counter import cupti_counts_from_log
+from triton_ort.harness.waiting import wait_for
 from triton_ort.stats import ExecuteStats
-from triton_ort.testing.waiting import wait_for
 
 pytestmark = pytest.mark.gpu
 T = TypeVar("T")
@@ -54,8 +54,8 @@ def test_the_headline_config_is_zero_copy_for_cuda_shm_inputs_and_two_lines_warn
     import tritonclient.grpc as grpcclient
 
     from triton_ort.cli.cuda_shm import CudaShmIO
-    from triton_ort.testing.reference import reference_outputs
-    from triton_ort.testing.server import LocalTritonServer
+    from triton_ort.harness.reference import reference_outputs
+    from triton_ort.harness.server import LocalTritonServer
 
     headline = readme_blocks()["config"]
     assert ZERO_COPY_LINE in headline, headline

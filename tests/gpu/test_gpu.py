@@ -28,6 +28,8 @@ from tests.repository import build_test_repository
 from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
 from triton_ort import runner as runner_module
 from triton_ort.copy_counter import cupti_counts_from_log
+from triton_ort.harness.repository import pin_one_instance, read_config, write_config
+from triton_ort.harness.waiting import wait_for
 from triton_ort.providers import CUDA_EP, diagnose_missing_cuda_provider
 from triton_ort.runner import OutputPlacement
 from triton_ort.session import (
@@ -37,8 +39,6 @@ from triton_ort.session import (
     ort_log_severity,
 )
 from triton_ort.stats import ExecuteStats
-from triton_ort.testing.repository import pin_one_instance, read_config, write_config
-from triton_ort.testing.waiting import wait_for
 
 pytestmark = pytest.mark.gpu
 T = TypeVar("T")
@@ -257,8 +257,8 @@ def _concurrent_answers_are_right(url: str, models: tuple[str, ...]) -> dict[str
     requests and split the outputs back (host views for 'auto', device views for 'device')."""
     import tritonclient.grpc as grpcclient
 
-    from triton_ort.testing.reference import reference_outputs
-    from triton_ort.testing.transport import ModelStatistics, infer
+    from triton_ort.harness.reference import reference_outputs
+    from triton_ort.harness.transport import ModelStatistics, infer
 
     rng = np.random.default_rng(1)
     xs = [rng.standard_normal((1 + i % 7, 2010)).astype(np.float32) for i in range(48)]
@@ -287,9 +287,9 @@ def test_cuda_shm_requests_through_tritonserver_copy_only_what_the_output_placem
     import tritonclient.grpc as grpcclient
 
     from triton_ort.cli.cuda_shm import CudaShmIO
-    from triton_ort.testing.reference import reference_outputs
-    from triton_ort.testing.server import LocalTritonServer
-    from triton_ort.testing.transport import infer
+    from triton_ort.harness.reference import reference_outputs
+    from triton_ort.harness.server import LocalTritonServer
+    from triton_ort.harness.transport import infer
 
     repository = build_test_repository(tmp_path / "repository")
     _with_placement(repository, "demo_device", "device")

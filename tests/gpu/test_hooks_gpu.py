@@ -26,9 +26,9 @@ from tests.hooks_support import EXAMPLE, HANDOFF_REPOSITORY, expected_logits, ex
 from tests.paths import Tolerance, demo_onnx
 from triton_ort import ModelInstance
 from triton_ort.copy_counter import cupti_counts_from_log
+from triton_ort.harness.repository import read_config, write_config
 from triton_ort.hooks import HookedRunner
 from triton_ort.stats import ExecuteStats
-from triton_ort.testing.repository import read_config, write_config
 
 pytestmark = pytest.mark.gpu
 T = TypeVar("T")
@@ -152,7 +152,7 @@ def test_bls_handoff_stays_on_the_gpu_and_the_ensemble_route_is_measured(tmp_pat
     from tritonclient.utils import InferenceServerException
 
     from triton_ort.cli.cuda_shm import CudaShmIO
-    from triton_ort.testing.server import LocalTritonServer
+    from triton_ort.harness.server import LocalTritonServer
 
     extra = tmp_path / "extra"
     (extra / "strided_gpu_upstream" / "1").mkdir(parents=True)

@@ -22,10 +22,10 @@ def test_the_server_and_its_stubs_are_clients_of_their_own_mps_daemon(tmp_path: 
     import tritonclient.grpc as grpcclient
 
     from triton_ort.cli.cuda_shm import CudaShmIO
-    from triton_ort.testing.mps import PIPE_ENV, daemon_processes
-    from triton_ort.testing.processes import stub_processes
-    from triton_ort.testing.reference import reference_outputs
-    from triton_ort.testing.server import LocalTritonServer
+    from triton_ort.harness.mps import PIPE_ENV, daemon_processes
+    from triton_ort.harness.processes import stub_processes
+    from triton_ort.harness.reference import reference_outputs
+    from triton_ort.harness.server import LocalTritonServer
 
     if shutil.which("nvidia-cuda-mps-control") is None:
         pytest.skip("this GPU host has no nvidia-cuda-mps-control")

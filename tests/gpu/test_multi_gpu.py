@@ -31,9 +31,9 @@ from numpy.typing import NDArray
 
 from tests.paths import ROOT, TF32_TOLERANCE, demo_onnx
 from triton_ort.copy_counter import cupti_counts_from_log, device_copy_counts_from_log
+from triton_ort.harness.repository import read_config, write_config
+from triton_ort.harness.server import LocalTritonServer
 from triton_ort.stats import ExecuteStats
-from triton_ort.testing.repository import read_config, write_config
-from triton_ort.testing.server import LocalTritonServer
 
 pytestmark = [
     pytest.mark.gpu,
@@ -138,8 +138,8 @@ def stub_memory_by_gpu(server_pid: int) -> dict[int, dict[int, int]]:
 def test_one_instance_per_gpu_holds_memory_on_its_own_gpu_only(tmp_path: Path) -> None:
     import tritonclient.grpc as grpcclient
 
-    from triton_ort.testing.reference import reference_outputs
-    from triton_ort.testing.transport import infer
+    from triton_ort.harness.reference import reference_outputs
+    from triton_ort.harness.transport import infer
 
     repository = gpu_repository(tmp_path, "demo_per_gpu", gpus=[0, 1])
     rng = np.random.default_rng(2)
@@ -177,7 +177,7 @@ def test_cuda_shm_input_on_the_instances_gpu_is_not_copied_and_on_another_costs_
     import tritonclient.grpc as grpcclient
 
     from triton_ort.cli.cuda_shm import CudaShmIO
-    from triton_ort.testing.reference import reference_outputs
+    from triton_ort.harness.reference import reference_outputs
 
     repository = gpu_repository(tmp_path, "demo_gpu1", gpus=[1], output_placement="device")
     x = np.random.default_rng(3).standard_normal((64, 2010)).astype(np.float32)

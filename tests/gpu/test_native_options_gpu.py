@@ -12,9 +12,9 @@ from numpy.typing import NDArray
 
 from tests.paths import demo_onnx
 from triton_ort import IOBindingRunner, ModelOptions, Placement, ProviderError, create_session
+from triton_ort.harness.reference import reference_outputs
 from triton_ort.options import parse_options
 from triton_ort.providers import CUDA_EP, TENSORRT_EP
-from triton_ort.testing.reference import reference_outputs
 
 pytestmark = pytest.mark.gpu
 

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tests.graphs import save
 from tests.integration.test_readme import readme_blocks
 from tests.paths import TF32_TOLERANCE, Tolerance
-from triton_ort.testing.reference import reference_outputs
+from triton_ort.harness.reference import reference_outputs
 
 pytestmark = pytest.mark.gpu
 
@@ -42,7 +42,7 @@ def _gemm(path: Path) -> Path:
 def test_tf32_is_the_default_and_use_tf32_0_answers_as_the_cpu(tmp_path: Path) -> None:
     import tritonclient.http as httpclient
 
-    from triton_ort.testing.server import LocalTritonServer
+    from triton_ort.harness.server import LocalTritonServer
 
     tf32_off = readme_blocks()["tf32"]  # the README's own lines
     assert 'key: "use_tf32" value: "0"' in tf32_off, tf32_off

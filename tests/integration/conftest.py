@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.repository import build_test_repository
-from triton_ort.testing.server import LocalTritonServer
+from triton_ort.harness.server import LocalTritonServer
 
 
 @pytest.fixture(scope="session")

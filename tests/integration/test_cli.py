@@ -15,8 +15,8 @@ import pytest
 from numpy.typing import NDArray
 
 from tests.paths import DEMO_MAX_BATCH, ROOT, SERVER_TOLERANCE, demo_onnx
-from triton_ort.testing.reference import reference_outputs
-from triton_ort.testing.server import LocalTritonServer, free_port, gpu_present
+from triton_ort.harness.reference import reference_outputs
+from triton_ort.harness.server import LocalTritonServer, free_port, gpu_present
 
 pytestmark = pytest.mark.integration
 

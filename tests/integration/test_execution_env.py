@@ -31,10 +31,10 @@ from tritonclient.grpc import model_config_pb2
 
 from tests.paths import ROOT, demo_onnx
 from triton_ort.backend import BACKEND_NAME, MODEL_PY
-from triton_ort.testing.processes import stub_processes
-from triton_ort.testing.reference import reference_outputs
-from triton_ort.testing.repository import ModelSpec, TensorSpec, write_config
-from triton_ort.testing.server import LocalTritonServer
+from triton_ort.harness.processes import stub_processes
+from triton_ort.harness.reference import reference_outputs
+from triton_ort.harness.repository import ModelSpec, TensorSpec, write_config
+from triton_ort.harness.server import LocalTritonServer
 
 # Both backend lines take EXECUTION_ENV_PATH: `python` with the adapter in the folder (a stock image as it
 # is), and our Python-based backend (its one model.py added to the image's backend directory).

@@ -23,9 +23,9 @@ from tests import exported, graphs
 from tests.exported import TWO_LINES, Exported, Served, check_answers, close, concurrently
 from tests.paths import SERVER_TOLERANCE
 from triton_ort.autocomplete import DEFAULT_MAX_BATCH_SIZE
-from triton_ort.testing.reference import reference_outputs
-from triton_ort.testing.server import LocalTritonServer
-from triton_ort.testing.transport import PROTOCOLS, infer, infer_inputs, make_client, model_config
+from triton_ort.harness.reference import reference_outputs
+from triton_ort.harness.server import LocalTritonServer
+from triton_ort.harness.transport import PROTOCOLS, infer, infer_inputs, make_client, model_config
 
 pytestmark = pytest.mark.integration
 

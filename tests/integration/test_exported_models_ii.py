@@ -27,9 +27,9 @@ from numpy.typing import NDArray
 from tests import exported, exported_ii
 from tests.exported import Exported, Served, check_answers, close
 from tests.paths import Tolerance
+from triton_ort.harness.server import LocalTritonServer, gpu_present
+from triton_ort.harness.transport import PROTOCOLS, make_client, model_config, model_metadata
 from triton_ort.providers import CPU_EP, CUDA_EP, preload_cuda_libraries
-from triton_ort.testing.server import LocalTritonServer, gpu_present
-from triton_ort.testing.transport import PROTOCOLS, make_client, model_config, model_metadata
 
 pytestmark = pytest.mark.integration
 

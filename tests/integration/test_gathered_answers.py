@@ -27,11 +27,11 @@ from tritonclient.grpc import model_config_pb2
 
 from tests import graphs
 from tests.paths import SERVER_TOLERANCE
+from triton_ort.harness.reference import reference_outputs
+from triton_ort.harness.repository import write_config
+from triton_ort.harness.server import LocalTritonServer
+from triton_ort.harness.transport import PROTOCOLS, infer, make_client, model_config
 from triton_ort.stats import ExecuteStats
-from triton_ort.testing.reference import reference_outputs
-from triton_ort.testing.repository import write_config
-from triton_ort.testing.server import LocalTritonServer
-from triton_ort.testing.transport import PROTOCOLS, infer, make_client, model_config
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ from tritonclient.utils import InferenceServerException
 
 from tests.hooks_support import HANDOFF_REPOSITORY, build_hooks_repository, expected_top_k, raw_features
 from tests.paths import SERVER_TOLERANCE, demo_onnx
-from triton_ort.testing.server import LocalTritonServer
-from triton_ort.testing.transport import infer
+from triton_ort.harness.server import LocalTritonServer
+from triton_ort.harness.transport import infer
 
 pytestmark = pytest.mark.integration
 

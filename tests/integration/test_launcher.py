@@ -1,4 +1,4 @@
-"""The local server launcher (triton_ort.testing.server) against the real tritonserver: it never leaves a
+"""The local server launcher (triton_ort.harness.server) against the real tritonserver: it never leaves a
 server, a temp folder or a shared-memory region behind, never takes another server's readiness for its
 own, and puts the failing model's own error first."""
 
@@ -28,19 +28,19 @@ from tritonclient.grpc import model_config_pb2
 from tests import graphs
 from tests.paths import DEMO_MODEL_PY, ROOT
 from tests.repository import build_mismatch_repository
-from triton_ort.testing.server import (
+from triton_ort.harness.checks import ServerStartError
+from triton_ort.harness.server import (
     FAILED_LOG_PREFIX,
     SHM_DIR,
     WORKDIR_PREFIX,
     LocalTritonServer,
-    ServerStartError,
     free_port,
     port_in_use,
 )
 
 pytestmark = pytest.mark.integration
 
-LAUNCHER = [sys.executable, "-m", "triton_ort.testing.server"]
+LAUNCHER = [sys.executable, "-m", "triton_ort.cli", "serve"]
 READY = "tritonserver ready"
 # Triton drains for at most --exit-timeout-secs (10 s); the launcher SIGKILLs after 30 s; with a margin
 # for the busy machine the tests run on.

@@ -16,10 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from tests.paths import SERVER_TOLERANCE, demo_onnx
+from triton_ort.harness.reference import reference_outputs
+from triton_ort.harness.server import LocalTritonServer
+from triton_ort.harness.transport import infer
 from triton_ort.metrics import FLUSH_INTERVAL_S
-from triton_ort.testing.reference import reference_outputs
-from triton_ort.testing.server import LocalTritonServer
-from triton_ort.testing.transport import infer
 
 pytestmark = pytest.mark.integration
 

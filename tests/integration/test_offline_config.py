@@ -23,8 +23,8 @@ from tritonclient.utils import InferenceServerException
 from tests import exported, graphs
 from tests.paths import MODEL_REPOSITORY, ROOT, demo_onnx
 from tests.unit.test_cli import triton_ort
-from triton_ort.testing.repository import pin_one_instance
-from triton_ort.testing.server import LocalTritonServer, free_port
+from triton_ort.harness.repository import pin_one_instance
+from triton_ort.harness.server import LocalTritonServer, free_port
 
 pytestmark = pytest.mark.integration
 

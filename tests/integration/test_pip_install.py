@@ -28,7 +28,7 @@ from tritonclient.grpc import model_config_pb2
 
 from tests.paths import MODEL_REPOSITORY, ROOT, demo_onnx
 from tests.user_commands import activated, serving, shell
-from triton_ort.testing.server import free_port, gpu_present
+from triton_ort.harness.server import free_port, gpu_present
 
 pytestmark = [
     pytest.mark.integration,

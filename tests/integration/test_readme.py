@@ -24,7 +24,7 @@ from tritonclient.grpc import model_config_pb2
 from tests import graphs
 from tests.paths import ROOT, demo_onnx
 from tests.user_commands import activated, serving, shell
-from triton_ort.testing.server import free_port
+from triton_ort.harness.server import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -18,10 +18,10 @@ from tritonclient.utils import InferenceServerException
 
 from tests.paths import SERVER_TOLERANCE, demo_onnx
 from tests.repository import build_mismatch_repository
+from triton_ort.harness.reference import reference_outputs
+from triton_ort.harness.server import LocalTritonServer
+from triton_ort.harness.transport import infer, model_metadata, statistics
 from triton_ort.stats import ExecuteStats
-from triton_ort.testing.reference import reference_outputs
-from triton_ort.testing.server import LocalTritonServer
-from triton_ort.testing.transport import infer, model_metadata, statistics
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ import pytest
 import tritonclient.http as httpclient
 
 from tests.paths import ROOT, demo_onnx
+from triton_ort.harness.server import LocalTritonServer, gpu_present
 from triton_ort.providers import diagnose_missing_cuda_provider
-from triton_ort.testing.server import LocalTritonServer, gpu_present
 
 pytestmark = pytest.mark.integration
 

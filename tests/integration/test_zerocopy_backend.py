@@ -24,10 +24,10 @@ from tests import graphs
 from tests.paths import SERVER_TOLERANCE, demo_onnx
 from triton_ort.autocomplete import DEFAULT_MAX_BATCH_SIZE
 from triton_ort.backend import MODEL_PY
-from triton_ort.testing.reference import reference_outputs
-from triton_ort.testing.server import LocalTritonServer
-from triton_ort.testing.transport import infer, model_config
-from triton_ort.testing.waiting import wait_for
+from triton_ort.harness.reference import reference_outputs
+from triton_ort.harness.server import LocalTritonServer
+from triton_ort.harness.transport import infer, model_config
+from triton_ort.harness.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +124,7 @@ def copied_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTri
     """A model's own copy of model.py, backend python, and no tensors in its config (auto-complete too),
     beside a two-line model of our backend: before 24.04 the two backends' stubs collide under one
     explicit shared-memory prefix, so the launcher leaves Triton's default, per-backend names
-    (triton_ort.testing.server.own_shm_prefix_is_safe)."""
+    (triton_ort.harness.server.own_shm_prefix_is_safe)."""
     root = tmp_path_factory.mktemp("copied_repository")
     version = _model(root, "copied", graphs.multi_io(root / "multi_io.onnx"), 'backend: "python"\n')
     (version / "model.py").write_text(MODEL_PY)

@@ -7,8 +7,8 @@ import pytest
 
 from tests.reliability.support import MEASUREMENTS
 from tests.repository import build_reliability_repository
-from triton_ort.testing.releases import Release, server_release
-from triton_ort.testing.server import LocalTritonServer
+from triton_ort.harness.releases import Release, server_release
+from triton_ort.harness.server import LocalTritonServer
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""What the reliability tests share beyond the harness (triton_ort.testing): the demo's tensors and its
+"""What the reliability tests share beyond the harness (triton_ort.harness): the demo's tensors and its
 reference answer, and the measurements printed at the end of the run."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tests.paths import SERVER_TOLERANCE, demo_onnx
-from triton_ort.testing.reference import reference_outputs
-from triton_ort.testing.transport import Answer
+from triton_ort.harness.reference import reference_outputs
+from triton_ort.harness.transport import Answer
 
 DEMO_INPUT = "np_script_embeddings"
 DEMO_OUTPUT = "np_logits"

@@ -24,11 +24,11 @@ import tritonclient.http as httpclient
 from tests.paths import DEMO_MAX_BATCH, SERVER_TOLERANCE, demo_onnx
 from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, assert_demo_answer, measured
 from tests.repository import MULTI_IO
-from triton_ort.testing.malformed import malformed_requests
-from triton_ort.testing.reference import reference_outputs
-from triton_ort.testing.releases import ErrorCode, Release
-from triton_ort.testing.server import LocalTritonServer
-from triton_ort.testing.transport import (
+from triton_ort.harness.malformed import malformed_requests
+from triton_ort.harness.reference import reference_outputs
+from triton_ort.harness.releases import ErrorCode, Release
+from triton_ort.harness.server import LocalTritonServer
+from triton_ort.harness.transport import (
     Answer,
     RawTensor,
     TensorMeta,
@@ -92,7 +92,7 @@ def _json_demo(shape: list[int], data: list[Any], datatype: str = "FP32", copies
 
 
 def _tritonclient_cases() -> list[BadCase]:
-    """The shared catalogue (triton_ort.testing.malformed) for the demo and multi_io, over both protocols,
+    """The shared catalogue (triton_ort.harness.malformed) for the demo and multi_io, over both protocols,
     and what only a name can get wrong: an unknown output, an unknown model."""
     models = {
         "demo": ([TensorMeta(DEMO_INPUT, "FP32", (-1, 2010))], DEMO_MAX_BATCH),

@@ -19,12 +19,12 @@ import tritonclient.http as httpclient
 from tests.paths import SERVER_TOLERANCE
 from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, demo_reference, measured
 from tests.repository import build_demo_repository
-from triton_ort.testing.processes import alive, descendants, rss_bytes, stub_processes, zombies
-from triton_ort.testing.releases import server_release
-from triton_ort.testing.repository import read_config, write_config
-from triton_ort.testing.server import LocalTritonServer
-from triton_ort.testing.transport import Answer, tritonclient_infer
-from triton_ort.testing.waiting import wait_for
+from triton_ort.harness.processes import alive, descendants, rss_bytes, stub_processes, zombies
+from triton_ort.harness.releases import server_release
+from triton_ort.harness.repository import read_config, write_config
+from triton_ort.harness.server import LocalTritonServer
+from triton_ort.harness.transport import Answer, tritonclient_infer
+from triton_ort.harness.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -24,11 +24,11 @@ from tests import graphs
 from tests.paths import DEMO_MODEL_PY, ROOT
 from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, assert_demo_answer, measured
 from tests.repository import BLOWUP, build_demo_repository
-from triton_ort.testing.processes import gpu_memory_by_pid, stub_processes
-from triton_ort.testing.repository import add_model
-from triton_ort.testing.server import LocalTritonServer
-from triton_ort.testing.transport import tritonclient_infer
-from triton_ort.testing.waiting import wait_for
+from triton_ort.harness.processes import gpu_memory_by_pid, stub_processes
+from triton_ort.harness.repository import add_model
+from triton_ort.harness.server import LocalTritonServer
+from triton_ort.harness.transport import tritonclient_infer
+from triton_ort.harness.waiting import wait_for
 
 pytestmark = [pytest.mark.gpu, pytest.mark.integration]
 

@@ -22,8 +22,8 @@ from tritonclient.utils import InferenceServerException
 from tests.paths import ROOT, SERVER_TOLERANCE
 from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, demo_reference, measured
 from tests.repository import build_demo_repository
-from triton_ort.testing.server import LocalTritonServer
-from triton_ort.testing.transport import infer_inputs
+from triton_ort.harness.server import LocalTritonServer
+from triton_ort.harness.transport import infer_inputs
 
 pytestmark = pytest.mark.integration
 

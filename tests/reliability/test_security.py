@@ -22,7 +22,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.paths import ROOT
-from triton_ort.testing.server import LocalTritonServer
+from triton_ort.harness.server import LocalTritonServer
 
 DOCKER = ROOT / "docker"
 sys.path.insert(0, str(DOCKER / "checks"))

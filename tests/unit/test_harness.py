@@ -1,4 +1,4 @@
-"""The test harness (triton_ort.testing) without a server: specs -> config.pbtxt, the malformed catalogue,
+"""The test harness (triton_ort.harness) without a server: specs -> config.pbtxt, the malformed catalogue,
 process readings, the reference comparison."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from tests.repository import MULTI_IO, RAGGED_ADD
-from triton_ort.testing.malformed import malformed_requests
-from triton_ort.testing.processes import alive, descendants, rss_bytes, zombies
-from triton_ort.testing.reference import compare
-from triton_ort.testing.repository import read_config, write_config
-from triton_ort.testing.transport import TensorMeta, infer_inputs
-from triton_ort.testing.waiting import wait_for
+from triton_ort.harness.malformed import malformed_requests
+from triton_ort.harness.processes import alive, descendants, rss_bytes, zombies
+from triton_ort.harness.reference import compare
+from triton_ort.harness.repository import read_config, write_config
+from triton_ort.harness.transport import TensorMeta, infer_inputs
+from triton_ort.harness.waiting import wait_for
 
 
 def test_spec_renders_a_config_triton_parses_back(tmp_path: Path) -> None:
@@ -102,13 +102,13 @@ _REQUEST_CLIENTS = ("client.smoke", "client.cli", "client.load", "client.soak", 
 
 
 def test_the_harness_and_the_clients_import_no_torch() -> None:
-    """The harness (every module of triton_ort.testing) and the request clients run where torch is not
+    """The harness (every module of triton_ort.harness) and the request clients run where torch is not
     installed (the client image, a laptop with tritonclient only), and start without its half second."""
     import pkgutil
 
-    import triton_ort.testing
+    import triton_ort.harness
 
-    harness = [f"triton_ort.testing.{m.name}" for m in pkgutil.iter_modules(triton_ort.testing.__path__)]
+    harness = [f"triton_ort.harness.{m.name}" for m in pkgutil.iter_modules(triton_ort.harness.__path__)]
     modules = [*harness, *_REQUEST_CLIENTS]
     code = f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\n"
     code += "print('torch' in sys.modules)"

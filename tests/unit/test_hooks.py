@@ -16,9 +16,9 @@ from numpy.typing import NDArray
 from tests.hooks_support import STRICT_HOOKS
 from tests.paths import MODEL_REPOSITORY, demo_instance_config, demo_onnx
 from triton_ort import ConfigError, HookError, InputError, ModelInstance
+from triton_ort.harness.reference import reference_outputs
+from triton_ort.harness.repository import read_config
 from triton_ort.hooks import HookedRunner
-from triton_ort.testing.reference import reference_outputs
-from triton_ort.testing.repository import read_config
 
 EXAMPLE = MODEL_REPOSITORY / "demo_hooks"
 

@@ -9,9 +9,9 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from triton_ort.backend import BACKEND_NAME
-from triton_ort.testing.repository import check_model
-from triton_ort.testing.server import (
+from triton_ort.harness.checks import (
     ServerStartError,
+    check_model,
     check_repository,
     load_errors,
     models_loaded_at_start,

@@ -1,4 +1,4 @@
-"""The launcher's private MPS daemon (triton_ort.testing.mps) against a stand-in nvidia-cuda-mps-control:
+"""The launcher's private MPS daemon (triton_ort.harness.mps) against a stand-in nvidia-cuda-mps-control:
 started with its own pipe folder, waited for, quit at stop, and stopped by a later launcher when the one
 that started it was killed. The real daemon serving a real server: tests/gpu/test_mps_gpu.py."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from triton_ort.testing import processes
-from triton_ort.testing.mps import PIPE_ENV, MpsDaemon, MpsError, daemon_processes, remove_orphaned_daemons
+from triton_ort.harness import processes
+from triton_ort.harness.mps import PIPE_ENV, MpsDaemon, MpsError, daemon_processes, remove_orphaned_daemons
 
 # Daemon mode forks a child that stays (named after this script, as the real daemon is) and answers
 # through a file in the pipe folder; client mode answers while that child lives, and `quit` ends it.
@@ -85,7 +85,7 @@ def test_no_control_binary_says_where_it_comes_from(monkeypatch: pytest.MonkeyPa
 def test_serve_takes_mps_as_a_flag() -> None:
     """`triton-ort serve --mps` (and make serve MPS=1) reach LocalTritonServer(mps=True); that path runs
     for real in tests/gpu/test_mps_gpu.py."""
-    from triton_ort.testing.server import build_parser
+    from triton_ort.cli.serve import build_parser
 
     assert build_parser().parse_args(["--mps"]).mps is True
     assert build_parser().parse_args([]).mps is False

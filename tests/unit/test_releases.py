@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from triton_ort.testing.releases import ErrorCode, release_for
+from triton_ort.harness.releases import ErrorCode, release_for
 
 
 def test_http_answers_every_error_400_up_to_2_41_and_by_error_code_after() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from client.soak import MemoryReadings, floor_growth, memory_failures, memory_limits, parse_args
-from triton_ort.testing.processes import MemorySnapshot
+from triton_ort.harness.processes import MemorySnapshot
 
 MIB = 1024 * 1024
 

@@ -1,7 +1,7 @@
 """`triton-ort`, the installed command (pyproject's [project.scripts]): one entry point over the project's
 tools, so that they run from any folder of a venv where the project is installed.
 
-    triton-ort serve --model-repository DIR     # the local tritonserver (triton_ort.testing.server)
+    triton-ort serve --model-repository DIR     # the local tritonserver (triton_ort.harness.server)
     triton-ort config DIR/MODEL                 # the auto-completed config.pbtxt of a model folder, offline
     triton-ort infer MODEL ...                  # one request (triton_ort.cli.infer); health, metadata,
     triton-ort served-config MODEL              #   and the config a running server serves
@@ -54,7 +54,7 @@ def _config(argv: list[str]) -> int:
 
 
 def _serve(argv: list[str]) -> int:
-    from triton_ort.testing.server import main as serve
+    from triton_ort.cli.serve import main as serve
 
     serve(argv, prog=f"{PROG} serve")
     return 0

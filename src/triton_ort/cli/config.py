@@ -10,7 +10,7 @@ preferred_batch_size, each tensor's unset fields), which a server's model config
 
 Before printing, the folder gets the checks a load makes without a GPU, with the server's own messages:
 the launcher's pre-start check (files, version folders, the backend's name, with the closest one for a
-misspelt name: triton_ort.testing.repository.check_model), then the model instance's checks of the
+misspelt name: triton_ort.harness.repository.check_model), then the model instance's checks of the
 completed config (triton_ort.load_checks: parameters and optimization, warm-up batch sizes, the hooks
 module, inputs, outputs and sequence controls against the ONNX file). Any refusal exits non-zero with the
 reason the load gives. Not checked here, because they need the serving host: the execution providers
@@ -29,14 +29,9 @@ from tritonclient.grpc import model_config_pb2
 from triton_ort.autocomplete import complete_config, read_onnx_signature, zero_copy_warning
 from triton_ort.backend import BACKEND_NAME
 from triton_ort.errors import TritonOrtError
+from triton_ort.harness.checks import PYTHON_BACKENDS, check_model, runs_triton_ort, versions_to_load
+from triton_ort.harness.repository import read_config
 from triton_ort.load_checks import check_tensors, checked_options, load_hooks
-from triton_ort.testing.repository import (
-    PYTHON_BACKENDS,
-    check_model,
-    read_config,
-    runs_triton_ort,
-    versions_to_load,
-)
 
 
 class ConfigCommandError(ValueError):

@@ -28,8 +28,8 @@ from numpy.typing import NDArray
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
 from triton_ort.cli.request_checks import ModelSignature, RequestError
-from triton_ort.testing.reference import compare, random_array, random_inputs
-from triton_ort.testing.transport import (
+from triton_ort.harness.reference import compare, random_array, random_inputs
+from triton_ort.harness.transport import (
     TensorMeta,
     infer,
     make_client,

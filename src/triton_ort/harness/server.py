@@ -1,7 +1,7 @@
 """Run the real tritonserver on a model repository without Docker, from the nvidia-pytriton wheel.
 
     triton-ort serve --model-repository model_repository      # foreground, Ctrl-C stops
-    python -m triton_ort.testing.server ...                      # the same
+    python -m triton_ort.cli serve ...                      # the same
 
 nvidia-pytriton 0.5.0 bundles tritonserver 2.41.0 (= release 23.12) with its python backend and a stub per
 Python 3.8-3.11; 0.7.0 bundles 2.51 with a 3.12 stub. What the python-backend stub needs, learned the
@@ -22,16 +22,14 @@ The launcher never leaves a server behind:
 Readiness counts only while our own process lives and its own log says that its own services started on
 our ports, then /v2/health/ready answers: another server on the same ports is never mistaken for ours.
 Before starting, the model repository is checked (config.pbtxt, version folder, the backend's name,
-model.py, ONNX file; triton_ort.testing.repository.check_model) so that a missing file fails in a second,
+model.py, ONNX file; triton_ort.harness.repository.check_model) so that a missing file fails in a second,
 naming its path, and a misspelt backend names the closest one, instead of after Triton's load timeouts.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -43,18 +41,26 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from triton_ort.backend import install as install_zerocopy_backend
-from triton_ort.testing.mps import MpsDaemon, MpsError, remove_orphaned_daemons
-from triton_ort.testing.processes import alive
-from triton_ort.testing.repository import PYTHON_BACKENDS, UNREADABLE_CONFIG, check_model, read_config
+from triton_ort.harness.checks import (
+    ServerStartError,
+    check_repository,
+    load_errors,
+    models_loaded_at_start,
+    option_values,
+    own_shm_prefix_is_safe,
+    server_backends,
+)
+from triton_ort.harness.mps import MpsDaemon, MpsError, remove_orphaned_daemons
+from triton_ort.harness.processes import alive
 
 # Header that unlocks the restricted APIs (logging, trace); its value is LocalTritonServer.admin_key.
 ADMIN_HEADER = "triton-ort-admin"
@@ -77,14 +83,6 @@ SERVICE_STARTED = {
     "http": "Started HTTPService at {address}:{port}",
     "metrics": "Started Metrics Service at {address}:{port}",
 }
-_GLOG_HEADER = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w.]+:\d+\] ")
-_LOAD_FAILED = re.compile(r"failed to load '(?P<model>[^']+)' version (?P<version>\d+): (?P<message>.*)")
-_POLL_FAILED = re.compile(r"Poll failed for model directory '(?P<model>[^']+)': (?P<message>.*)")
-_IN_USE = re.compile(r"already in use")
-_FATAL = re.compile(r"^error: (?P<message>.*)")
-# Lines after a load error's first line that still belong to it (the model's own detail lines), up to
-# the python backend's "At:" traceback or the next log record.
-_DETAIL_LINES = 6
 
 
 def exit_on_termination() -> None:
@@ -99,7 +97,7 @@ def exit_on_termination() -> None:
         signal.signal(signum, unwind)
 
 
-def _kill_group(process: subprocess.Popen[bytes] | None) -> None:
+def kill_group(process: subprocess.Popen[bytes] | None) -> None:
     """SIGKILL a server's process group (tritonserver and its stubs), without waiting."""
     if process is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -134,15 +132,6 @@ def _grpc_ready(url: str, health: str = "ready") -> bool:
         return False
     finally:
         client.close()
-
-
-class ServerStartError(RuntimeError):
-    """tritonserver did not become ready; the message starts with the cause, then names the log file."""
-
-    def __init__(self, message: str, log_path: Path | None = None, port_conflict: bool = False) -> None:
-        super().__init__(message)
-        self.log_path = log_path
-        self.port_conflict = port_conflict
 
 
 def _pytriton_paths() -> tuple[Path, Path]:
@@ -181,135 +170,6 @@ def gpu_present() -> bool:
     return any(Path("/dev").glob("nvidia[0-9]*"))
 
 
-# --- the model repository, checked before tritonserver starts -------------------------------------------
-
-
-def _option_values(args: Sequence[str], name: str) -> list[str]:
-    """Values of a tritonserver option given as `--name=value` or `--name value`."""
-    values = []
-    for index, arg in enumerate(args):
-        if arg.startswith(f"{name}="):
-            values.append(arg.split("=", 1)[1])
-        elif arg == name and index + 1 < len(args):
-            values.append(args[index + 1])
-    return values
-
-
-def models_loaded_at_start(server_args: Sequence[str]) -> list[str] | None:
-    """The model folders Triton loads at startup: None for all of them, or under explicit model control
-    only the --load-model ones."""
-    modes = _option_values(server_args, "--model-control-mode")
-    if not modes or modes[-1] != "explicit":
-        return None
-    named = _option_values(server_args, "--load-model")
-    return None if "*" in named else named
-
-
-def python_backends_in(repository: Path) -> set[str]:
-    """Which of the python backend's family ('python', ours) the repository's model configs name."""
-    found = set()
-    for config_path in repository.glob("*/config.pbtxt"):
-        try:
-            config = read_config(config_path.parent)
-        except UNREADABLE_CONFIG:
-            continue  # check_model reports it
-        if config.backend in PYTHON_BACKENDS:
-            found.add(config.backend)
-    return found
-
-
-def own_shm_prefix_is_safe(repositories: Sequence[Path]) -> bool:
-    """Whether this server may give the python backend a shared-memory prefix of its own.
-
-    Triton 23.12 (up to 24.03) names a stub's region <prefix><n>, numbering from 1 per backend; the default
-    prefix carries the backend's name (triton_<backend>_backend_shm_region_), but an explicit
-    shm-region-prefix-name, which Triton passes to every python-based backend, does not. So `python` and
-    `onnxruntime_zerocopy` models in one server then open the same regions, and the stubs die with
-    boost::interprocess::lock_exception (measured on 2.41). From 24.04 the regions have unique names. The
-    whole repository counts, loaded at start or not: explicit model control may load any folder later."""
-    backends = set().union(*(python_backends_in(root) for root in repositories))
-    return not set(PYTHON_BACKENDS) <= backends
-
-
-def server_backends(server_args: Sequence[str] = ()) -> set[str]:
-    """The backends the launcher's tritonserver has: the two of its own backend directory, and the folders
-    of any --backend-directory among the extra arguments."""
-    extra = [Path(d) for d in _option_values(server_args, "--backend-directory")]
-    return {*PYTHON_BACKENDS, *(p.name for d in extra if d.is_dir() for p in d.iterdir() if p.is_dir())}
-
-
-def check_repository(
-    repository: Path | Sequence[Path],
-    models: Sequence[str] | None = None,
-    backends: Collection[str] = PYTHON_BACKENDS,
-) -> None:
-    """Raise ServerStartError listing every model folder that Triton could not load for a missing or
-    unreadable file or a backend it does not have. `repository`: one, or every --model-repository of the
-    server (a named model is looked up in each, as Triton does); `models`: only these folders (default:
-    all); `backends`: the server's (server_backends)."""
-    repositories = [repository] if isinstance(repository, Path) else list(repository)
-    for root in repositories:
-        if not root.is_dir():
-            raise ServerStartError(f"model repository {root} is not a directory")
-    folders = {p.name: p for root in reversed(repositories) for p in root.iterdir() if p.is_dir()}
-    names = models if models is not None else sorted(folders)
-    problems = []
-    for name in names:
-        model_dir = folders.get(name)
-        if model_dir is None:
-            where = " or ".join(str(root / name) for root in repositories)
-            problems.append(f"model '{name}': {where} does not exist (named by --load-model)")
-        else:
-            problems.extend(check_model(model_dir, backends))
-    if problems:
-        raise ServerStartError("model repository check failed:\n" + "\n".join(problems))
-
-
-# --- tritonserver's log -------------------------------------------------------------------------------
-
-
-def _records(log: str) -> list[list[str]]:
-    """The log split into records: a glog line with its continuation lines, or one plain line."""
-    records: list[list[str]] = []
-    for line in log.splitlines():
-        starts = _GLOG_HEADER.match(line) or _FATAL.match(line) or line.startswith(("+", "|"))
-        if starts or not records or not line.strip():
-            records.append([_GLOG_HEADER.sub("", line)])
-        else:
-            records[-1].append(line)
-    return records
-
-
-def _with_detail(first: str, rest: list[str]) -> str:
-    detail = []
-    for line in rest:
-        if not line.strip() or line.strip() == "At:":
-            break
-        detail.append(line.rstrip())
-    return "\n".join([first, *detail[:_DETAIL_LINES]])
-
-
-def load_errors(log: str) -> list[str]:
-    """The causes of a failed start, most specific first: each model's own load error (once per model),
-    a port already in use, then Triton's final `error: ...` line."""
-    found: dict[str, str] = {}
-    ports, fatal = [], []
-    for first, *rest in _records(log):
-        if failed := _LOAD_FAILED.search(first):
-            key = failed["model"]
-            what = f"model '{key}' version {failed['version']} failed to load: {failed['message']}"
-            found.setdefault(key, _with_detail(what, rest))
-        elif polled := _POLL_FAILED.search(first):
-            found.setdefault(
-                polled["model"], _with_detail(f"model '{polled['model']}': {polled['message']}", rest)
-            )
-        elif _IN_USE.search(first):
-            ports.append(first.strip())
-        elif error := _FATAL.match(first):
-            fatal.append(f"tritonserver: {error['message']}")
-    return [*found.values(), *dict.fromkeys(ports), *fatal[-1:]]
-
-
 # --- the launcher -------------------------------------------------------------------------------------
 
 # Run by the launcher's child instead of tritonserver itself: asks the kernel for SIGTERM when the
@@ -346,7 +206,7 @@ class LocalTritonServer:
     """Where the server log goes and stays; by default in the work folder, removed at stop (kept and
     named when the start fails)."""
     mps: bool = False
-    """Serve as clients of a CUDA MPS daemon of this server's own (triton_ort.testing.mps), started before
+    """Serve as clients of a CUDA MPS daemon of this server's own (triton_ort.harness.mps), started before
     tritonserver and quit after it: the server's and the stubs' GPU work then shares one context."""
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
     _mps: MpsDaemon | None = field(default=None, init=False)
@@ -446,7 +306,7 @@ class LocalTritonServer:
         under its default --strict-readiness it then never answers ready. So the launcher counts it ready
         once it is live with its services started (Triton starts them after the start-up loads), and
         reports the models that failed (failed_models)."""
-        return _option_values(self.extra_args, "--exit-on-error")[-1:] in (["false"], ["0"])
+        return option_values(self.extra_args, "--exit-on-error")[-1:] in (["false"], ["0"])
 
     def failed_models(self) -> list[str]:
         """Each model's own load error, from the log (empty when every model loaded)."""
@@ -458,7 +318,7 @@ class LocalTritonServer:
         return {
             service: port
             for service, port in ports.items()
-            if _option_values(self.extra_args, f"--allow-{service}")[-1:] not in (["false"], ["0"])
+            if option_values(self.extra_args, f"--allow-{service}")[-1:] not in (["false"], ["0"])
         }
 
     def _check_ports(self) -> None:
@@ -476,7 +336,7 @@ class LocalTritonServer:
         are picked free; if another process takes one first, the start is retried on fresh ports."""
         repositories = [
             self.model_repository,
-            *(Path(extra) for extra in _option_values(self.extra_args, "--model-repository")),
+            *(Path(extra) for extra in option_values(self.extra_args, "--model-repository")),
         ]
         check_repository(
             repositories, models_loaded_at_start(self.extra_args), server_backends(self.extra_args)
@@ -593,13 +453,13 @@ class LocalTritonServer:
         raise ServerStartError(
             f"{summary}\n({reason}; full log: {kept})",
             log_path=kept,
-            port_conflict=any(_IN_USE.search(cause) for cause in causes),
+            port_conflict=any("already in use" in cause for cause in causes),
         )
 
     def kill(self) -> None:
         """SIGKILL tritonserver and its stubs (its process group) at once."""
         if self.process is not None and self.process.poll() is None:
-            _kill_group(self.process)
+            kill_group(self.process)
             self.process.wait()
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
@@ -646,140 +506,3 @@ class LocalTritonServer:
 def running_server(model_repository: Path, **kwargs: object) -> Iterator[LocalTritonServer]:
     with LocalTritonServer(model_repository, **kwargs) as server:  # type: ignore[arg-type]
         yield server
-
-
-# --- the CLI ------------------------------------------------------------------------------------------
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-class _StopRequested(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _request_stop(signum: int, frame: FrameType | None) -> None:
-    raise _StopRequested(signum)
-
-
-def _startup_timeout_default() -> float:
-    text = os.environ.get(STARTUP_TIMEOUT_ENV, "")
-    try:
-        return float(text) if text else DEFAULT_STARTUP_TIMEOUT_S
-    except ValueError:
-        raise SystemExit(f"{STARTUP_TIMEOUT_ENV}={text!r} is not a number of seconds") from None
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected more than 0 seconds")
-    return value
-
-
-class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows each option's default in --help, except where there is none."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        return action.help if action.default is None else super()._get_help_string(action)
-
-
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description="Serve a model repository with the local tritonserver (on 127.0.0.1). More tritonserver "
-        "arguments after --, e.g. `-- --exit-on-error=false` to serve the models that load when some fail.",
-        formatter_class=_DefaultsHelp,
-    )
-    parser.add_argument(
-        "--model-repository",
-        type=Path,
-        default=Path(os.environ.get("MODEL_REPOSITORY", "model_repository")),
-        help="the model repository (environment: MODEL_REPOSITORY)",
-    )
-    for service, port in DEFAULT_PORTS.items():
-        parser.add_argument(
-            f"--{service}-port", type=int, default=port, help=f"{service} port (0: a free one)"
-        )
-    parser.add_argument("--log-verbose", type=int, default=0, help="tritonserver's --log-verbose")
-    parser.add_argument("--log-file", type=Path, help="keep the server log here (default: removed at stop)")
-    parser.add_argument(
-        "--startup-timeout",
-        type=_positive_seconds,
-        default=_startup_timeout_default(),
-        metavar="SECONDS",
-        help=f"how long loading the models may take (environment: {STARTUP_TIMEOUT_ENV})",
-    )
-    parser.add_argument(
-        "--mps",
-        action="store_true",
-        help="run the server and its stubs as clients of a CUDA MPS daemon of their own (GPU hosts; "
-        "docs/benchmarks.md: what it saves)",
-    )
-    parser.add_argument("extra", nargs="*", help="more tritonserver arguments, after --")
-    return parser
-
-
-def _report_start(server: LocalTritonServer) -> None:
-    """What loaded and what did not, the failures first (each model's own error), then the addresses."""
-    failed = server.failed_models()
-    for cause in failed:
-        print(cause, file=sys.stderr, flush=True)
-    if failed:
-        print(
-            f"{len(failed)} model(s) failed to load (above); serving the models that loaded "
-            "(--exit-on-error=false)",
-            file=sys.stderr,
-            flush=True,
-        )
-    print(
-        f"tritonserver ready: HTTP {server.http_url}, gRPC {server.grpc_url}, metrics "
-        f"127.0.0.1:{server.metrics_port}; pid {server.process.pid if server.process else '?'}; "
-        f"log {server.log_path}\nCtrl-C stops it.",
-        flush=True,
-    )
-
-
-def main(argv: list[str] | None = None, prog: str | None = None) -> None:
-    args = build_parser(prog).parse_args(argv)
-    server = LocalTritonServer(
-        args.model_repository,
-        args.http_port,
-        args.grpc_port,
-        args.metrics_port,
-        args.extra,
-        startup_timeout_s=args.startup_timeout,
-        log_verbose=args.log_verbose,
-        log_file=args.log_file,
-        mps=args.mps,
-    )
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, _request_stop)
-    code = 0
-    try:
-        server.start()
-        _report_start(server)
-        assert server.process is not None
-        code = server.process.wait()
-        print(f"tritonserver exited by itself with code {code}; its log ends:", file=sys.stderr)
-        print("\n".join(server.log().splitlines()[-20:]), file=sys.stderr)
-        code = code or 1
-    except _StopRequested as stop:
-        print(f"{stop}: stopping tritonserver (at most {EXIT_TIMEOUT_S} s of draining) ...", flush=True)
-    except ServerStartError as error:
-        print(error, file=sys.stderr)
-        code = 1
-    finally:
-        for signum in STOP_SIGNALS:  # a second signal while stopping: kill at once
-            # Only the signal, no wait: the main thread may hold Popen's wait lock inside stop().
-            signal.signal(signum, lambda signum, frame: _kill_group(server.process))
-        server.stop(timeout_s=EXIT_TIMEOUT_S + 20)
-    sys.exit(code)
-
-
-if __name__ == "__main__":
-    main()
