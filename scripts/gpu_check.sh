@@ -4,7 +4,7 @@
 # beside it would move). The host's Python is used as it is (USE_HOST_PYTHON=1: the first python3 on PATH,
 # the one the python-backend stub follows; HOST_PYTHON=/path/to/python3 picks another).
 # Usage on the host, from the project root:
-#   OUT=/tmp/gpu-out bash scripts/gpu_check.sh tiers         # gpu + integration + unit at once (~490 s on the H200)
+#   OUT=/tmp/gpu-out bash scripts/gpu_check.sh tiers         # gpu + integration (two halves) + unit at once
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh reliability   # tests/reliability alone (~317 s)
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh bench [models...]   # the smoke check and the benchmark
 # Logs and summary-<mode>.txt go to $OUT (JUnit XML to a temporary folder); the summary table (tier, passed, failed, errors,
@@ -39,15 +39,23 @@ if [ "$MODE" = bench ]; then
   exit $status
 fi
 
-# tier -> its paths and pytest arguments. The multi-GPU file is scripts/gpu_multi_check.sh's.
+# tier -> its paths and pytest arguments. The multi-GPU file is scripts/gpu_multi_check.sh's. The
+# integration files run as two pytest processes (every other file each): one alone took 437 s there on
+# 2026-12-02, before the fourth round added about three minutes of files, and a device call has 580 s.
+mapfile -t INTEGRATION < <(ls tests/integration/test_*.py)
+EVEN=() ODD=()
+for i in "${!INTEGRATION[@]}"; do
+  if (( i % 2 )); then ODD+=("${INTEGRATION[$i]}"); else EVEN+=("${INTEGRATION[$i]}"); fi
+done
 declare -A ARGS=(
   [gpu]="-q tests/gpu --ignore=tests/gpu/test_multi_gpu.py"
-  [integration]="-q tests/integration"
+  [integration]="-q ${EVEN[*]}"
+  [integration2]="-q ${ODD[*]}"
   [unit]="-q tests/unit"
   # -v: one line per test as it finishes, so a run cut short still says which tests passed or failed
   [reliability]="-v tests/reliability"
 )
-if [ "$MODE" = tiers ]; then TIERS=(gpu integration unit); else TIERS=(reliability); fi
+if [ "$MODE" = tiers ]; then TIERS=(gpu integration integration2 unit); else TIERS=(reliability); fi
 
 declare -A PIDS SECONDS_OF
 # JUnit XML and timings beside $OUT, not in it: a device call brings back only a handful of files.

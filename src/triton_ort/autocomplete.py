@@ -48,7 +48,8 @@ from .dtypes import ELEMENT_TYPES, ZIPMAP_HINT, ElementType, from_onnx_type
 from .errors import ConfigError, unreadable_onnx_file
 from .options import parameters_from_model_config, parse_options
 from .sequence import control_inputs
-from .signature import Dim, TensorSpec, one_value_per_request, served_dims
+from .served_config import ConfigTensor
+from .signature import Dim, TensorSpec, one_value_per_request
 
 LOGGER = logging.getLogger(__name__)
 
@@ -170,10 +171,11 @@ def can_batch(specs: tuple[TensorSpec, ...]) -> bool:
 def _config_ranks(model_config: Mapping[str, Any], specs: Mapping[str, TensorSpec]) -> set[str]:
     """For each configured entry that has dims: 'full' if they have the ONNX rank, 'batched' if one less."""
     seen = set()
-    for entry in [*model_config.get("input", []), *model_config.get("output", [])]:
-        spec = specs.get(str(entry.get("name")))
-        dims = served_dims(entry) if entry.get("reshape") is not None else entry.get("dims") or []
-        if spec is None or not (dims or entry.get("reshape") is not None):
+    for written in [*model_config.get("input", []), *model_config.get("output", [])]:
+        entry = ConfigTensor.parse(written)
+        spec = specs.get(entry.name)
+        dims = entry.served_dims
+        if spec is None or not (dims or entry.reshape is not None):
             continue
         if len(dims) == len(spec.shape):
             seen.add("full")

@@ -32,7 +32,8 @@ import torch
 from .dtypes import from_triton_type
 from .errors import ConfigError, InputError, TritonOrtError
 from .runner import IOBindingRunner, OutputPlacement
-from .signature import TensorSpec, check_config
+from .served_config import ConfigTensor, ServedConfig
+from .signature import Dim, TensorSpec, check_config
 from .tensor_checks import Signature, check_against_specs, signature_of
 
 Tensors = dict[str, torch.Tensor]
@@ -66,23 +67,20 @@ class ClientSpecs:
     batched: bool  # max_batch_size > 0: every tensor has a leading batch axis
 
     @classmethod
-    def from_model_config(cls, model_config: Mapping[str, Any]) -> ClientSpecs:
-        batched = int(model_config.get("max_batch_size", 0)) > 0
+    def from_config(cls, config: ServedConfig) -> ClientSpecs:
+        batch: tuple[Dim, ...] = ("batch",) if config.batched else ()
 
-        def specs(kind: str) -> tuple[TensorSpec, ...]:
+        def specs(kind: str, entries: tuple[ConfigTensor, ...]) -> tuple[TensorSpec, ...]:
             return tuple(
                 TensorSpec(
-                    name=str(entry["name"]),
-                    element_type=from_triton_type(
-                        str(entry["data_type"]), f"config {kind} {entry['name']!r}"
-                    ),
-                    shape=(("batch",) if batched else ())
-                    + tuple(None if int(d) < 0 else int(d) for d in entry.get("dims", [])),
+                    name=entry.name,
+                    element_type=from_triton_type(entry.data_type, f"config {kind} {entry.name!r}"),
+                    shape=batch + tuple(None if d < 0 else d for d in entry.dims),
                 )
-                for entry in model_config.get(kind, [])
+                for entry in entries
             )
 
-        return cls(specs("input"), specs("output"), batched)
+        return cls(specs("input", config.inputs), specs("output", config.outputs), config.batched)
 
 
 def _describe(value: object) -> str:
@@ -314,7 +312,7 @@ def _rows(tensors: Mapping[str, torch.Tensor]) -> int:
 
 
 def check_config_around_hooks(
-    model_config: Mapping[str, Any],
+    config: ServedConfig,
     hooks: Hooks,
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
@@ -323,6 +321,6 @@ def check_config_around_hooks(
     no hook stands on: the inputs when there is no preprocess, the outputs when there is no postprocess. A
     hook may change names, dtypes and shapes, so its side is checked on each run instead (HookedRunner)."""
     if hooks.preprocess is None:
-        check_config({**model_config, "output": []}, inputs, ())
+        check_config(config.with_tensors(outputs=()), inputs, ())
     if hooks.postprocess is None:
-        check_config({**model_config, "input": []}, (), outputs)
+        check_config(config.with_tensors(inputs=()), (), outputs)

@@ -22,6 +22,7 @@ from .metrics import InstanceMetrics, request_rows
 from .options import ModelOptions
 from .row_mixing import row_mixing_in_file
 from .runner import IOBindingRunner, OutputPlacement
+from .served_config import ServedConfig
 from .session import Placement, create_session
 from .signature import Dim, TensorSpec
 from .stats import ExecuteStats
@@ -86,9 +87,10 @@ class ModelInstance:
     ) -> None:
         # The checks that need no session or device come from load_checks, which `triton-ort config`
         # runs offline in the same order: its refusals are the load's.
-        self.options: ModelOptions = checked_options(model_config)
+        config = ServedConfig.parse(model_config)  # read once; every check below takes it
+        self.options: ModelOptions = checked_options(config)
         self.metrics = metrics
-        self.max_batch_size = int(model_config.get("max_batch_size", 0))
+        self.max_batch_size = config.max_batch_size
         gpu = instance_kind.upper() == "GPU"
         if not gpu:
             # On CPU, torch only moves and concatenates tensors and ORT's thread pool computes; torch's own
@@ -118,7 +120,7 @@ class ModelInstance:
         # a model without hooks pays nothing for them) the runner with its hooks around it.
         self._pipeline: Runs = self.runner
         self._request_specs: tuple[TensorSpec, ...] = self.runner.inputs
-        check_tensors(model_config, self.runner.inputs, self.runner.outputs, hooks, self.runner.overridable)
+        check_tensors(config, self.runner.inputs, self.runner.outputs, hooks, self.runner.overridable)
         # Overridable inputs of one value per request, as the model takes them (_one_value_inputs).
         self._one_value: dict[str, TensorSpec] = {}
         if hooks is None:
@@ -126,10 +128,10 @@ class ModelInstance:
                 s.name: s for s in self.runner.overridable if s.name in self.runner.shared_inputs
             }
         else:
-            client = ClientSpecs.from_model_config(model_config)
+            client = ClientSpecs.from_config(config)
             self._pipeline = HookedRunner(self.runner, hooks, client, output_placement)
             self._request_specs = client.inputs
-        self.output_names = [str(entry["name"]) for entry in model_config.get("output", [])]
+        self.output_names = [entry.name for entry in config.outputs]
         self.gather = self._gathers(version_dir / self.options.onnx_file)
         self.last_execute: ExecuteStats | None = None  # kept only while DEBUG logging is on
         if not self.runner.placement.is_cuda:

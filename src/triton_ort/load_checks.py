@@ -12,12 +12,13 @@ imported only for a model that has one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
-from .options import ModelOptions, options_from_model_config
+from .options import ModelOptions, parse_options
+from .served_config import ServedConfig
 from .signature import TensorSpec, check_config
 
 if TYPE_CHECKING:
@@ -40,11 +41,11 @@ def check_warmup_batch_sizes(batch_sizes: Sequence[int], max_batch_size: int) ->
         )
 
 
-def checked_options(model_config: Mapping[str, Any]) -> ModelOptions:
+def checked_options(config: ServedConfig) -> ModelOptions:
     """The model's options (parameters and optimization, triton_ort.options) as the load reads them from
     the completed config, with the warm-up batch sizes checked against its max_batch_size."""
-    options = options_from_model_config(model_config)
-    check_warmup_batch_sizes(options.warmup, int(model_config.get("max_batch_size", 0)))
+    options = parse_options(config.parameters, config.optimization)
+    check_warmup_batch_sizes(options.warmup, config.max_batch_size)
     return options
 
 
@@ -58,7 +59,7 @@ def load_hooks(version_dir: Path, options: ModelOptions) -> Hooks | None:
 
 
 def check_tensors(
-    model_config: Mapping[str, Any],
+    config: ServedConfig,
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
     hooks: Hooks | None,
@@ -68,8 +69,8 @@ def check_tensors(
     the inputs a request may send), or, with hooks, on the sides no hook stands on
     (hooks.check_config_around_hooks)."""
     if hooks is None:
-        check_config(model_config, inputs, outputs, overridable)
+        check_config(config, inputs, outputs, overridable)
         return
     from .hooks import check_config_around_hooks
 
-    check_config_around_hooks(model_config, hooks, inputs, outputs)
+    check_config_around_hooks(config, hooks, inputs, outputs)

@@ -578,11 +578,6 @@ def parse_options(
     return ModelOptions(**collected.values)
 
 
-def options_from_model_config(model_config: Mapping[str, Any]) -> ModelOptions:
-    """The options of a model config as Triton hands it to initialize() (args["model_config"], parsed)."""
-    return parse_options(parameters_from_model_config(model_config), model_config.get("optimization"))
-
-
 def parameters_from_model_config(model_config: Mapping[str, Any]) -> dict[str, str]:
     """config.pbtxt's `parameters { key: .. value { string_value: .. } }`, as Triton hands it over in JSON."""
     raw = model_config.get("parameters") or {}

@@ -51,13 +51,18 @@ def control_inputs(model_config: Mapping[str, Any]) -> dict[str, ControlInput]:
     return found
 
 
-def check_sequence_batching(model_config: Mapping[str, Any]) -> None:
-    """Raise ConfigError for what of sequence batching this backend cannot serve (implicit state)."""
+def state_inputs(model_config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The input names of sequence_batching.state (implicit state), none without it."""
     sequence = model_config.get("sequence_batching") or {}
-    states = [str(state.get("input_name")) for state in sequence.get("state", [])]
+    return tuple(str(state.get("input_name")) for state in sequence.get("state", []))
+
+
+def check_sequence_batching(states: tuple[str, ...]) -> None:
+    """Raise ConfigError for what of sequence batching this backend cannot serve: implicit state (the
+    state inputs, state_inputs)."""
     if states:
         raise ConfigError(
-            f"sequence_batching.state (implicit state, inputs {states}) is not served: Triton's python "
+            f"sequence_batching.state (implicit state, inputs {list(states)}) is not served: Triton's python "
             "backend cannot write a sequence's state back (it has no TRITONBACKEND_StateUpdate), so every "
             "request would see the initial state. Serve the state as an ordinary input and output that the "
             "client sends back with the next request, with the control inputs (START, END, READY, CORRID) "

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .dtypes import ElementType, from_onnx_type, from_triton_type
 from .errors import ConfigError
-from .sequence import ControlInput, check_sequence_batching, control_inputs
+
+if TYPE_CHECKING:
+    from .served_config import ConfigTensor, ServedConfig
+from .sequence import ControlInput, check_sequence_batching
 
 Dim = int | str | None  # a static size, a symbolic axis name, or unknown
 
@@ -61,23 +64,14 @@ def shape_text(shape: Sequence[Dim]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
-def served_dims(entry: Mapping[str, Any]) -> list[int]:
-    """The dims the model sees for a config entry, without the batch axis: its `reshape.shape` where it has
-    one, else its `dims`. Triton applies a reshape itself, to inputs before they reach the backend and to
-    outputs after (core r23.12 infer_request.cc Normalize, infer_response.cc Output::Reshape), as a change
-    of shape only: the model gets and returns the reshaped tensors, no data moves."""
-    reshape = entry.get("reshape")
-    return [int(d) for d in (reshape.get("shape", []) if reshape is not None else entry.get("dims", []))]
-
-
-def _rank_fix(spec: TensorSpec, entry: Mapping[str, Any], max_batch_size: int) -> str:
+def _rank_fix(spec: TensorSpec, entry: ConfigTensor, max_batch_size: int) -> str:
     """The config line that serves a tensor whose config rank differs from the file's."""
     if not spec.shape:
         return (
             "; a scalar cannot be served without a batch axis (Triton refuses an empty reshape when "
             "max_batch_size is 0): export it with shape [1]"
         )
-    if max_batch_size > 0 and len(spec.shape) == 1 and entry.get("reshape") is None:
+    if max_batch_size > 0 and len(spec.shape) == 1 and entry.reshape is None:
         # Only the batch axis: Triton refuses empty dims, so the native onnxruntime backend's form.
         return f'; write it as {{ name: "{spec.name}" ... dims: [ 1 ] reshape: {{ shape: [ ] }} }}'
     inner = [d if isinstance(d, int) else -1 for d in spec.shape[1 if max_batch_size > 0 else 0 :]]
@@ -85,24 +79,24 @@ def _rank_fix(spec: TensorSpec, entry: Mapping[str, Any], max_batch_size: int) -
 
 
 def _compare(
-    kind: str, spec: TensorSpec, entry: Mapping[str, Any], max_batch_size: int, batched: bool = True
+    kind: str, spec: TensorSpec, entry: ConfigTensor, max_batch_size: int, batched: bool = True
 ) -> list[str]:
     """`batched`: False for an input of one value per request, whose config dims are its whole shape."""
     problems = []
     where = f"{kind} {spec.name!r}"
-    config_type = from_triton_type(str(entry.get("data_type", "")), f"config {where}")
+    config_type = from_triton_type(entry.data_type, f"config {where}")
     if config_type != spec.element_type:
         problems.append(
             f"{where}: config says {config_type.triton_name}, "
             f"the ONNX file says {spec.element_type.triton_name} ({spec.element_type.onnx_name})"
         )
-    dims = served_dims(entry)
+    dims = list(entry.served_dims)
     if not batched and not spec.shape and dims == [1]:
         dims = []  # a scalar default: Triton refuses empty dims, and its one value is the scalar
     batch: list[int] = [-1] if max_batch_size > 0 and batched else []
     config_shape = batch + dims
     if len(config_shape) != len(spec.shape):
-        named = "reshape" if entry.get("reshape") is not None else "dims"
+        named = "reshape" if entry.reshape is not None else "dims"
         fix = _rank_fix(spec, entry, max_batch_size if batched else 0)
         problems.append(
             f"{where}: config shape {config_shape} (max_batch_size {max_batch_size}, {named} {dims}) has "
@@ -150,7 +144,7 @@ def _compare_control(spec: TensorSpec, control: ControlInput, max_batch_size: in
 
 
 def check_config(
-    model_config: Mapping[str, Any],
+    config: ServedConfig,
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
     overridable: Sequence[TensorSpec] = (),
@@ -158,9 +152,9 @@ def check_config(
     """Raise ConfigError listing every difference between config.pbtxt and the ONNX file. `inputs` are
     the inputs every request must send; `overridable` the ones it may send (ONNX Runtime's overridable
     initializers), which config.pbtxt may list, as `optional: true` or not, or leave out."""
-    max_batch_size = int(model_config.get("max_batch_size", 0))
-    check_sequence_batching(model_config)
-    controls = control_inputs(model_config)
+    max_batch_size = config.max_batch_size
+    check_sequence_batching(config.state_inputs)
+    controls = config.controls
     problems: list[str] = []
     for spec in inputs:
         if spec.name in controls:
@@ -168,11 +162,11 @@ def check_config(
     required = [s for s in inputs if s.name not in controls]
     may_skip = {spec.name for spec in overridable}
     for kind, specs, entries in (
-        ("input", [*required, *overridable], model_config.get("input", [])),
-        ("output", outputs, model_config.get("output", [])),
+        ("input", [*required, *overridable], config.inputs),
+        ("output", outputs, config.outputs),
     ):
         by_name = {spec.name: spec for spec in specs}
-        configured = {str(entry["name"]): entry for entry in entries}
+        configured = {entry.name: entry for entry in entries}
         for name in configured.keys() - by_name.keys():
             problems.append(
                 f"config {kind} {name!r} is not in the ONNX file, whose {kind}s are {sorted(by_name)}"
@@ -181,7 +175,7 @@ def check_config(
             for name in by_name.keys() - configured.keys() - may_skip:
                 problems.append(f"ONNX {kind} {name!r} is missing from config.pbtxt")
             for name in configured.keys() & by_name.keys() - may_skip:
-                if configured[name].get("optional"):
+                if configured[name].optional:
                     problems.append(
                         f"input {name!r} is optional in config.pbtxt, but the ONNX file needs it in every "
                         "request (only an input with an initializer of its name, a default ONNX Runtime "

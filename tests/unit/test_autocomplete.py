@@ -21,6 +21,7 @@ from triton_ort.autocomplete import (
     zero_copy_warning,
 )
 from triton_ort.onnx_files import OPSET, readable_model, save_model
+from triton_ort.served_config import ServedConfig
 from triton_ort.signature import check_config
 
 v = helper.make_tensor_value_info
@@ -138,7 +139,7 @@ def test_configured_entries_are_kept_for_the_load_time_check_to_report(multi_io:
     merged = {**wrong, "input": list(completed.inputs), "output": list(completed.outputs)}
     inputs, outputs, _ = read_onnx_signature(multi_io / "model.onnx")
     with pytest.raises(ConfigError) as caught:
-        check_config(merged, inputs, outputs)
+        check_config(ServedConfig.parse(merged), inputs, outputs)
     assert "input 'a': config says FP32, the ONNX file says FP16" in str(caught.value)
     assert "input 'a': axis 1 is 5 in config.pbtxt but 3 in the ONNX file" in str(caught.value)
 
@@ -188,7 +189,8 @@ def test_an_overridable_initializer_is_an_optional_input(tmp_path: Path) -> None
         {"name": "offset", "data_type": "TYPE_FP32", "dims": [4], "optional": True},
     )
     merged = {**config(max_batch_size=completed.max_batch_size), "input": list(completed.inputs)}
-    check_config({**merged, "output": list(completed.outputs)}, *read_onnx_signature(path))
+    served = ServedConfig.parse({**merged, "output": list(completed.outputs)})
+    check_config(served, *read_onnx_signature(path))
     # Without a batch axis (max_batch_size 0), every input's dims are its whole shape.
     unbatched = complete_config(
         config(input=[{"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 4]}]), tmp_path
@@ -206,7 +208,8 @@ def test_an_overridable_scalar_is_served_as_one_value_with_or_without_batching(t
         completed = complete_config(written, tmp_path)
         assert completed.inputs[1] == {"name": "t", "data_type": "TYPE_FP32", "dims": [1], "optional": True}
         merged = {**written, "input": list(completed.inputs), "output": list(completed.outputs)}
-        check_config(merged, *read_onnx_signature(path))  # Triton's [1] is the scalar's one value
+        # Triton's [1] is the scalar's one value
+        check_config(ServedConfig.parse(merged), *read_onnx_signature(path))
 
 
 def test_a_written_overridable_input_is_kept_as_written_and_checked(tmp_path: Path) -> None:
@@ -230,7 +233,7 @@ def test_a_written_overridable_input_is_kept_as_written_and_checked(tmp_path: Pa
     with pytest.raises(
         ConfigError, match=r"input 'scale': axis 0 is 2 in config.pbtxt but 1 in the ONNX file"
     ):
-        check_config(wrong, *read_onnx_signature(path))
+        check_config(ServedConfig.parse(wrong), *read_onnx_signature(path))
 
 
 def test_the_offline_config_shows_an_overridable_input_as_optional(tmp_path: Path) -> None:
@@ -316,7 +319,8 @@ def test_a_batch_only_tensor_gets_dims_one_and_an_empty_reshape_as_the_native_ba
     }
     assert "reshape" not in completed.outputs[1]
     merged = {**config(max_batch_size=4), "input": list(completed.inputs), "output": list(completed.outputs)}
-    check_config(merged, *read_onnx_signature(tmp_path / "model.onnx"))  # what the load then checks
+    # what the load then checks
+    check_config(ServedConfig.parse(merged), *read_onnx_signature(tmp_path / "model.onnx"))
 
 
 def test_without_batching_a_batch_only_tensor_is_minus_one_and_needs_no_reshape(tmp_path: Path) -> None:
@@ -335,7 +339,7 @@ def test_a_config_dims_one_without_reshape_fails_the_load_naming_the_line_to_add
         output=[{"name": "label", "data_type": "TYPE_INT64", "dims": [1]}],
     )
     with pytest.raises(ConfigError) as caught:
-        check_config(written, *read_onnx_signature(tmp_path / "model.onnx"))
+        check_config(ServedConfig.parse(written), *read_onnx_signature(tmp_path / "model.onnx"))
     assert "output 'label': config shape [-1, 1]" in str(caught.value)
     assert 'write it as { name: "label" ... dims: [ 1 ] reshape: { shape: [ ] } }' in str(caught.value)
 
@@ -406,10 +410,10 @@ def test_control_inputs_are_left_to_the_sequence_batcher_and_checked_against_the
     assert not completed.dynamic_batching
     merged = {**sequenced, "input": list(completed.inputs), "output": list(completed.outputs)}
     signature = read_onnx_signature(tmp_path / "model.onnx")
-    check_config(merged, *signature)
+    check_config(ServedConfig.parse(merged), *signature)
     wrong = {**merged, "sequence_batching": sequence_batching("fp32_false_true")}
     with pytest.raises(ConfigError) as caught:
-        check_config(wrong, *signature)
+        check_config(ServedConfig.parse(wrong), *signature)
     assert "input 'START' (sequence_batching control CONTROL_SEQUENCE_START): the control sends FP32" in str(
         caught.value
     )
@@ -424,7 +428,7 @@ def test_implicit_state_is_refused_saying_why(tmp_path: Path) -> None:
     with pytest.raises(
         ConfigError, match=r"sequence_batching.state \(implicit state, inputs \['x'\]\) is not"
     ):
-        check_config(merged, *read_onnx_signature(tmp_path / "model.onnx"))
+        check_config(ServedConfig.parse(merged), *read_onnx_signature(tmp_path / "model.onnx"))
 
 
 def python_backend_utils() -> Any:

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from triton_ort import ConfigError, ModelOptions, parse_options
-from triton_ort.options import options_from_model_config
+from triton_ort.load_checks import checked_options
+from triton_ort.served_config import ServedConfig
 
 # What Triton core puts in every model config's `optimization` (seen in 23.12's JSON for a config without
 # one): these must load as they are.
@@ -194,7 +195,7 @@ def test_options_from_a_whole_model_config() -> None:
         "parameters": {"intra_op_thread_count": {"string_value": "2"}},
         "optimization": {**CORE_DEFAULTS, "graph": {"level": 2}},
     }
-    options = options_from_model_config(config)
+    options = checked_options_of(config)
     assert (options.intra_op_num_threads, options.graph_optimization_level) == (2, "disable")
 
 
@@ -334,5 +335,10 @@ def test_the_readmes_tf32_lines_turn_tf32_off_in_the_cuda_ep_options() -> None:
 
     block = readme_blocks()["tf32"]
     config = text_format.Parse('backend: "onnxruntime_zerocopy"\n' + block, model_config_pb2.ModelConfig())
-    options = options_from_model_config(json_format.MessageToDict(config, preserving_proto_field_name=True))
+    options = checked_options_of(json_format.MessageToDict(config, preserving_proto_field_name=True))
     assert options.cuda_options == {"use_tf32": "0"}, options
+
+
+def checked_options_of(model_config: dict[str, Any]) -> ModelOptions:
+    """The options a load reads from a model config (Triton's JSON)."""
+    return checked_options(ServedConfig.parse(model_config))

@@ -4,6 +4,7 @@ import pytest
 
 from triton_ort import ConfigError
 from triton_ort.dtypes import from_onnx_type, from_triton_type
+from triton_ort.served_config import ServedConfig
 from triton_ort.signature import TensorSpec, check_config
 
 FP32 = from_onnx_type("tensor(float)", "x")
@@ -23,12 +24,12 @@ def config(**changes: Any) -> dict[str, Any]:
 
 def problems(model_config: dict[str, Any]) -> str:
     with pytest.raises(ConfigError) as caught:
-        check_config(model_config, INPUTS, OUTPUTS)
+        check_config(ServedConfig.parse(model_config), INPUTS, OUTPUTS)
     return str(caught.value)
 
 
 def test_matching_config_passes() -> None:
-    check_config(config(), INPUTS, OUTPUTS)
+    check_config(ServedConfig.parse(config()), INPUTS, OUTPUTS)
 
 
 def test_dtype_mismatch_names_both_sides() -> None:
@@ -66,13 +67,13 @@ def test_missing_and_unknown_names() -> None:
 def test_static_batch_axis_with_batching() -> None:
     fixed = (TensorSpec("np_script_embeddings", FP32, (1, 2010)),)
     with pytest.raises(ConfigError, match="needs a dynamic first axis, but the ONNX file fixes it to 1"):
-        check_config(config(), fixed, OUTPUTS)
+        check_config(ServedConfig.parse(config()), fixed, OUTPUTS)
 
 
 def test_unknown_triton_type() -> None:
     bad = config(input=[{"name": "np_script_embeddings", "data_type": "TYPE_FP8", "dims": [2010]}])
     with pytest.raises(ConfigError, match="data_type 'TYPE_FP8'; supported: BF16, BOOL"):
-        check_config(bad, INPUTS, OUTPUTS)
+        check_config(ServedConfig.parse(bad), INPUTS, OUTPUTS)
 
 
 def test_string_tensors_are_bytes_with_no_torch_dtype() -> None:
@@ -85,15 +86,17 @@ SCALE = TensorSpec("scale", FP32, (1,))  # an overridable input without a batch 
 
 
 def test_an_overridable_input_may_be_listed_or_left_out_but_a_required_one_is_never_optional() -> None:
-    check_config(config(), INPUTS, OUTPUTS, overridable=(SCALE,))
+    check_config(ServedConfig.parse(config()), INPUTS, OUTPUTS, overridable=(SCALE,))
     scale = {"name": "scale", "data_type": "TYPE_FP32", "dims": [1], "optional": True}
     inputs = [*config()["input"], scale]
-    check_config(config(input=inputs), INPUTS, OUTPUTS, overridable=(SCALE,))
+    check_config(ServedConfig.parse(config(input=inputs)), INPUTS, OUTPUTS, overridable=(SCALE,))
     required_optional = [{**config()["input"][0], "optional": True}, scale]
     with pytest.raises(ConfigError) as caught:
-        check_config(config(input=required_optional), INPUTS, OUTPUTS, overridable=(SCALE,))
+        served = ServedConfig.parse(config(input=required_optional))
+        check_config(served, INPUTS, OUTPUTS, overridable=(SCALE,))
     assert "input 'np_script_embeddings' is optional in config.pbtxt, but the ONNX file needs it" in str(
         caught.value
     )
     with pytest.raises(ConfigError, match="config input 'scale' is not in the ONNX file"):
-        check_config(config(input=inputs), INPUTS, OUTPUTS)  # a graph whose scale is no input
+        # a graph whose scale is no input
+        check_config(ServedConfig.parse(config(input=inputs)), INPUTS, OUTPUTS)

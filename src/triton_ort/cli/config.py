@@ -32,6 +32,7 @@ from triton_ort.errors import TritonOrtError
 from triton_ort.harness.checks import PYTHON_BACKENDS, check_model, runs_triton_ort, versions_to_load
 from triton_ort.harness.repository import read_config
 from triton_ort.load_checks import check_tensors, checked_options, load_hooks
+from triton_ort.served_config import ServedConfig
 
 
 class ConfigCommandError(ValueError):
@@ -113,7 +114,7 @@ def completed_config(model_dir: Path) -> tuple[model_config_pb2.ModelConfig, str
             config.dynamic_batching.SetInParent()
     if problem := _incomplete_entry(config, completed=not_completed is None):
         raise ConfigCommandError(f"model '{name}': {problem}")
-    served = _as_dict(config)
+    served = ServedConfig.parse(_as_dict(config))
     try:
         # ModelInstance's checks, in its order, with the ONNX file's graph where the load has its session.
         options = checked_options(served)
