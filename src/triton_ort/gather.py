@@ -25,8 +25,9 @@ import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
+import numpy as np
 import torch
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 
@@ -56,9 +57,12 @@ class Runs(Protocol):
     def to_device(self, tensor: torch.Tensor) -> torch.Tensor: ...
 
 
-def _value(tensor: torch.Tensor) -> bytes:
+def _value(tensor: torch.Tensor | np.ndarray[Any, Any]) -> bytes:
     """A tensor's bytes: equal bytes, equal answers (NaN included). One copy to the host for a device
-    tensor; only the small inputs that hold one value per run are keyed so."""
+    tensor; only the small inputs that hold one value per run are keyed so. A string input arrives as a
+    numpy object array, keyed by its values' text."""
+    if isinstance(tensor, np.ndarray):
+        return repr(tensor.ravel().tolist()).encode()
     return bytes(tensor.reshape(-1).view(torch.uint8).cpu().numpy().tobytes())
 
 

@@ -65,4 +65,6 @@ def test_tf32_is_the_default_and_use_tf32_0_answers_as_the_cpu(tmp_path: Path) -
     print(f"max |served - CPU|: {worst}")  # the H200's figures go into the README
     np.testing.assert_allclose(got["tf32_off"], want, **FP32_TOLERANCE, err_msg="use_tf32 0")
     np.testing.assert_allclose(got["tf32_default"], want, **TF32_TOLERANCE, err_msg="TF32 (default)")
+    # TF32 really is the default on this GPU (Ampere or later): the option is what makes the difference.
+    assert worst["tf32_default"] > FP32_TOLERANCE["atol"], worst
     assert onnx.load(str(onnx_file)).graph.node[0].op_type == "MatMul"

@@ -115,3 +115,16 @@ def test_the_harness_and_the_clients_import_no_torch() -> None:
     checked = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert checked.returncode == 0, checked.stderr
     assert checked.stdout.strip() == "False", f"importing {modules} loaded torch"
+
+
+def test_the_runtime_imports_neither_the_harness_nor_the_cli() -> None:
+    """docs/ARCHITECTURE.md's first rule: what model.py loads (the instance, auto-complete) never reaches
+    triton_ort.harness or triton_ort.cli (a Triton image may ship triton_ort without tritonclient or
+    psutil)."""
+    code = (
+        "import sys, triton_ort.instance, triton_ort.autocomplete\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('triton_ort.harness', 'triton_ort.cli'))))"
+    )
+    checked = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.strip() == "[]", checked.stdout

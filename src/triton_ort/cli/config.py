@@ -10,7 +10,7 @@ preferred_batch_size, each tensor's unset fields), which a server's model config
 
 Before printing, the folder gets the checks a load makes without a GPU, with the server's own messages:
 the launcher's pre-start check (files, version folders, the backend's name, with the closest one for a
-misspelt name: triton_ort.harness.repository.check_model), then the model instance's checks of the
+misspelt name: triton_ort.harness.checks.check_model), then the model instance's checks of the
 completed config (triton_ort.load_checks: parameters and optimization, warm-up batch sizes, the hooks
 module, inputs, outputs and sequence controls against the ONNX file). Any refusal exits non-zero with the
 reason the load gives. Not checked here, because they need the serving host: the execution providers
@@ -90,7 +90,8 @@ def completed_config(model_dir: Path) -> tuple[model_config_pb2.ModelConfig, str
     if problems:
         raise ConfigCommandError("\n".join(problems))
     config = read_config(model_dir)
-    version = versions_to_load(model_dir, config)[0][-1]  # check_model found it; the newest is completed
+    # check_model found them; the newest is completed (a `specific` policy lists them in its own order)
+    version = max(versions_to_load(model_dir, config)[0], key=lambda path: int(path.name))
     if not runs_triton_ort(config, version):
         what = f"backend {config.backend!r}" if config.backend else "a config without a backend line"
         raise ConfigCommandError(

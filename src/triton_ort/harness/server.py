@@ -22,7 +22,7 @@ The launcher never leaves a server behind:
 Readiness counts only while our own process lives and its own log says that its own services started on
 our ports, then /v2/health/ready answers: another server on the same ports is never mistaken for ours.
 Before starting, the model repository is checked (config.pbtxt, version folder, the backend's name,
-model.py, ONNX file; triton_ort.harness.repository.check_model) so that a missing file fails in a second,
+model.py, ONNX file; triton_ort.harness.checks.check_model) so that a missing file fails in a second,
 naming its path, and a misspelt backend names the closest one, instead of after Triton's load timeouts.
 """
 
