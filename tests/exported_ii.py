@@ -7,8 +7,8 @@ first does not cover. Each builder takes the path of the ONNX file to write and 
 - temperature_classifier: a graph input that also has an initializer (an overridable default).
 - dynamo_mlp: torch.onnx.export(..., dynamo=True): opset 18+ and IR 10, as that exporter writes them.
 - exporter_names: tensor names as exporters spell them (TorchScript's `input.1`, TensorFlow's `x:0` and
-  `out/logits:0`), around LpNormalization, which ONNX Runtime's CUDA EP has no kernel for, between two
-  MatMuls: in a CUDA session ORT runs it on the CPU, copying to the host and back inside one run.
+  `out/logits:0`), around LpNormalization between two MatMuls (chosen as an op without a CUDA kernel
+  from ORT's docs/OperatorKernels.md; ORT 1.31.1's CUDA EP runs it on the GPU host all the same).
 - image_statistics: a uint8 NHWC image in (as an image decoder hands it over), int32 and bool out.
 - sklearn_regressor: a scikit-learn pipeline in float64 through skl2onnx.
 """
@@ -136,11 +136,10 @@ def dynamo_mlp(path: Path) -> Path:
 
 
 def exporter_names(path: Path) -> Path:
-    """Tensor names as exporters spell them, around an op without a CUDA kernel: `input.1` and `x:0`
+    """Tensor names as exporters spell them, around LpNormalization: `input.1` and `x:0`
     float[batch, 4] -> Add -> MatMul -> LpNormalization (p=2, last axis) -> MatMul -> `out/logits:0`
-    float[batch, 3], and `probs:0` its softmax. The CUDA EP has MatMul, Add and Softmax but no
-    LpNormalization kernel (ORT's docs/OperatorKernels.md, its CUDAExecutionProvider table), so a CUDA
-    session runs that node on the CPU between GPU ones."""
+    float[batch, 3], and `probs:0` its softmax. ORT's docs/OperatorKernels.md lists no CUDA kernel for
+    LpNormalization, but ORT 1.31.1's CUDA EP placed it on the GPU (its profile on the H200, 2026-12-02)."""
     rng = np.random.default_rng(12)
     v = helper.make_tensor_value_info
     graph = helper.make_graph(

@@ -192,16 +192,20 @@ def _providers_by_op(
     return placed
 
 
-def test_an_op_without_a_cuda_kernel_between_two_gpu_ops_answers_like_onnx_runtime(
+def test_lp_normalization_between_two_gpu_ops_answers_like_onnx_runtime(
     served: Served, tmp_path: Path
 ) -> None:
-    """exporter_names's LpNormalization runs on the CPU between two MatMuls. With the CUDA EP (the GPU
-    test host) that is a copy to the host and back inside one ORT run; ORT's profile says it is so there,
-    where the GPU instances run the same ORT."""
+    """exporter_names's LpNormalization between two MatMuls, placed as ORT places it, answers as in-process
+    ORT does. It was chosen as an op without a CUDA kernel, but ORT 1.31.1's CUDA EP runs it (its profile
+    on the GPU test host, 2026-12-02), so there the graph runs wholly on the GPU and this does not exercise
+    a CPU node between GPU ops; the MatMuls' placement on CUDA is checked where the instances are GPU
+    ones."""
     onnx_path = served.onnx_file("exporter_names")
     requests = _exporter_names_requests(26)
     placed = _providers_by_op(onnx_path, requests[0], tmp_path)
-    assert placed["LpNormalization"] == {CPU_EP}, placed
+    print(f"placement by op: {placed}")
     if _on_cuda():
         assert placed["MatMul"] == {CUDA_EP}, placed
+    else:
+        assert placed["LpNormalization"] == {CPU_EP}, placed
     check_answers(served, "exporter_names", requests, close)

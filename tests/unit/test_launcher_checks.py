@@ -207,6 +207,18 @@ def test_the_model_error_comes_first_with_its_detail_and_without_the_traceback()
     ]
 
 
+def test_a_multi_line_error_logged_on_one_line_reads_as_on_two_point_forty_one() -> None:
+    """Triton 2.51 logs a model's multi-line load error as one line with its newlines escaped (seen on the
+    GPU test host, 2026-12-02): the launcher gives the same lines as for 2.41's log, without the traceback."""
+    log = (
+        "E1202 16:15:01.000001 1 model_lifecycle.cc:641] \"failed to load 'mismatch' version 1: Internal: "
+        "TritonModelException: model 'mismatch' failed to load: config.pbtxt does not match the ONNX file:"
+        "\\n  - input 'x': axis 1 is 15 in config.pbtxt but 16 in the ONNX file (config dims should be [16])"
+        '\\n\\nAt:\\n  /tmp/r/mismatch/1/model.py(96): initialize\\n"\n'
+    )
+    assert load_errors(log) == load_errors(MISMATCH_LOG)[:1]
+
+
 def test_a_port_in_use_is_reported() -> None:
     log = (
         "E1130 13:40:01.000001 1 main.cc:245] failed to start GRPC service: Unavailable - Socket "

@@ -258,8 +258,11 @@ def load_errors(log: str) -> list[str]:
     ports, fatal = [], []
     for first, *rest in _records(log):
         if failed := _LOAD_FAILED.search(first):
-            key = failed["model"]
-            what = f"model '{key}' version {failed['version']} failed to load: {failed['message']}"
+            key, message = failed["model"], failed["message"]
+            if "\\n" in message:  # 2.51 logs a multi-line error as one line, its newlines escaped
+                message, *more = message.rstrip('"').replace("\\n", "\n").split("\n")
+                rest = [*more, *rest]
+            what = f"model '{key}' version {failed['version']} failed to load: {message}"
             found.setdefault(key, _with_detail(what, rest))
         elif polled := _POLL_FAILED.search(first):
             found.setdefault(
