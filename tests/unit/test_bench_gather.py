@@ -6,47 +6,17 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.paths import ROOT
 
 
-def test_the_gathering_cost_is_measured_with_answers_that_agree(tmp_path: Path) -> None:
-    out = tmp_path / "gather.json"
-    command = [
-        sys.executable,
-        "-m",
-        "client.bench_gather",
-        "--device",
-        "cpu",
-        "--requests-per-execute",
-        "1",
-        "4",
-    ]
-    finished = subprocess.run(
-        [*command, "--calls", "20", "--warmup", "2", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert finished.returncode == 0, finished.stderr
-    report = json.loads(out.read_text())
-    assert report["clock"] == "thread CPU time"
-    assert [r["requests"] for r in report["results"]] == [1, 4]
-    for result in report["results"]:
-        assert result["answers_agree"]
-        assert result["p50_us"]["gathered"] > 0 and result["p50_us"]["one_request"] > 0
-        assert result["p50_us"]["apart"] > 0  # the same requests, one ORT run each
-    assert "| 4 | 1 |" in finished.stdout
-
-
-def test_the_cost_of_running_a_quantized_models_requests_apart_is_measured(tmp_path: Path) -> None:
-    """--quantized: a graph that mixes rows; its requests run apart agree with each run alone."""
-    out = tmp_path / "apart.json"
+def run_bench_gather(out: Path, *args: str) -> tuple[dict[str, Any], str]:
+    """client.bench_gather on the CPU with 20 calls (2 warm-up), its JSON in `out`: (the report, stdout)."""
     finished = subprocess.run(
         [
-            *(sys.executable, "-m", "client.bench_gather", "--device", "cpu", "--requests-per-execute", "4"),
-            *("--quantized", "--calls", "20", "--warmup", "2", "--json", str(out)),
+            *(sys.executable, "-m", "client.bench_gather", "--device", "cpu", *args),
+            *("--calls", "20", "--warmup", "2", "--json", str(out)),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -54,7 +24,23 @@ def test_the_cost_of_running_a_quantized_models_requests_apart_is_measured(tmp_p
         timeout=120,
     )
     assert finished.returncode == 0, finished.stderr
-    report = json.loads(out.read_text())
+    return json.loads(out.read_text()), finished.stdout
+
+
+def test_the_gathering_cost_is_measured_with_answers_that_agree(tmp_path: Path) -> None:
+    report, stdout = run_bench_gather(tmp_path / "gather.json", "--requests-per-execute", "1", "4")
+    assert report["clock"] == "thread CPU time"
+    assert [r["requests"] for r in report["results"]] == [1, 4]
+    for result in report["results"]:
+        assert result["answers_agree"]
+        assert result["p50_us"]["gathered"] > 0 and result["p50_us"]["one_request"] > 0
+        assert result["p50_us"]["apart"] > 0  # the same requests, one ORT run each
+    assert "| 4 | 1 |" in stdout
+
+
+def test_the_cost_of_running_a_quantized_models_requests_apart_is_measured(tmp_path: Path) -> None:
+    """--quantized: a graph that mixes rows; its requests run apart agree with each run alone."""
+    report, _ = run_bench_gather(tmp_path / "apart.json", "--requests-per-execute", "4", "--quantized")
     assert report["model"] == "linear, quantize_dynamic"
     (result,) = report["results"]
     assert result["answers_agree"] and result["apart_per_request_us"] > 0

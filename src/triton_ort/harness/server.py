@@ -41,7 +41,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -500,9 +500,3 @@ class LocalTritonServer:
         self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def running_server(model_repository: Path, **kwargs: object) -> Iterator[LocalTritonServer]:
-    with LocalTritonServer(model_repository, **kwargs) as server:  # type: ignore[arg-type]
-        yield server
