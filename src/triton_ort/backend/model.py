@@ -33,6 +33,24 @@ from triton_ort.metrics import triton_instance_metrics
 
 LOGGER = logging.getLogger("triton_ort.backend")
 
+# Host dtypes with a numpy equivalent (bfloat16 has none: it goes through DLPack, as device tensors do).
+_NUMPY_VIEWABLE = frozenset(
+    {
+        torch.float16,
+        torch.float32,
+        torch.float64,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint8,
+        torch.uint16,
+        torch.uint32,
+        torch.uint64,
+        torch.bool,
+    }
+)
+
 
 class _TritonLogHandler(logging.Handler):
     """Sends the library's `logging` records to Triton's log, at the matching level."""
@@ -89,15 +107,22 @@ def _response(result: dict[str, Any] | Exception) -> pb_utils.InferenceResponse:
         # The library says whose error it is (triton_ort.errors.triton_code); Triton's constant carries it.
         code = getattr(pb_utils.TritonError, triton_code(result))
         return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(result), code))
-    # ModelInstance.infer has synchronised its stream, so raw capsules are safe to hand over unsynchronised
+    return pb_utils.InferenceResponse(
+        output_tensors=[_output(name, tensor) for name, tensor in result.items()]
+    )
+
+
+def _output(name: str, tensor: Any) -> pb_utils.Tensor:
+    """One output as Triton's tensor, without a copy: a device tensor through DLPack, a host tensor as a
+    numpy view of its memory (the form the stub handles fastest: measured, docs/benchmarks.md "Under
+    load"), strings as the numpy array the stub serialises as BYTES."""
+    if isinstance(tensor, np.ndarray):
+        return pb_utils.Tensor(name, tensor)
+    if tensor.device.type == "cpu" and tensor.dtype in _NUMPY_VIEWABLE:
+        return pb_utils.Tensor(name, tensor.numpy())
+    # ModelInstance.infer has synchronised its stream, so a raw capsule is safe to hand over unsynchronised
     # (a capsule skips the backend's own stream synchronisation, which an object with __dlpack__ would do).
-    outputs = [
-        pb_utils.Tensor(name, tensor)  # strings: a numpy array, which the stub serialises as BYTES
-        if isinstance(tensor, np.ndarray)
-        else pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(tensor))  # type: ignore[attr-defined]
-        for name, tensor in result.items()
-    ]
-    return pb_utils.InferenceResponse(output_tensors=outputs)
+    return pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(tensor))  # type: ignore[attr-defined]
 
 
 class TritonPythonModel:
