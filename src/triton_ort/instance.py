@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .cuda_context import lower_stack_limit
 from .errors import InferenceError, InputError, ProviderError
 from .gather import Result, Runs, run_requests
 from .hooks import ClientSpecs, HookedRunner
@@ -98,6 +99,8 @@ class ModelInstance:
             # concurrency 16, 313 -> 548 requests/s for the demo; docs/benchmarks.md).
             torch.set_num_threads(1)
         self._stream = _new_stream(device_id) if gpu else None
+        if self._stream is not None and self.options.cuda_stack_bytes:
+            lower_stack_limit(self.options.cuda_stack_bytes)  # before ORT and warm-up allocate
         placement = (
             Placement("cuda", device_id, self._stream.cuda_stream) if self._stream else Placement("cpu")
         )

@@ -44,6 +44,9 @@ PRECISION_MODES = {
 # from the device through the python backend. Measured on an H200 with Triton 2.51 (docs/benchmarks.md,
 # `client.bench --crossover`): host faster at 64 KiB, device faster from 256 KiB on.
 DEFAULT_HOST_OUTPUT_MAX_BYTES = 131072
+# A GPU instance's per-thread stack limit (cuda_context.py): CUDA's default 1024 bytes reserves 198 MiB more
+# of an H200 per process than 256 does (client.bench_memory, docs/benchmarks.md "Memory per instance").
+DEFAULT_CUDA_STACK_BYTES = 256
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,9 @@ class ModelOptions:
     most host_output_max_bytes (a GPU hand-back costs a fixed ~0.45 ms that small outputs do not repay)."""
     host_output_max_bytes: int = DEFAULT_HOST_OUTPUT_MAX_BYTES
     """The 'auto' crossover, in bytes of output per ORT run."""
+    cuda_stack_bytes: int = DEFAULT_CUDA_STACK_BYTES
+    """GPU instances: the CUDA context's per-thread stack limit, set at load (cuda_context.py); a kernel
+    that needs more raises it at its launch. 0 keeps CUDA's default (1024 bytes)."""
     cuda_graph: bool = False
     """GPU instances: capture the model as ORT CUDA graphs (one per input shape, at most 32) and replay
     them, which saves kernel-launch time; inputs and outputs are copied through fixed buffers."""
@@ -265,6 +271,7 @@ _PARAMETERS: dict[str, _Parameter] = {
     "output_placement": _Parameter("output_placement", _one_of(OUTPUT_PLACEMENTS), native=False),
     "host_output_max_bytes": _Parameter("host_output_max_bytes", _parse_count, native=False),
     "cuda_graph": _Parameter("cuda_graph", _parse_bool, native=False),
+    "cuda_stack_bytes": _Parameter("cuda_stack_bytes", _parse_count, native=False),
     "warmup": _Parameter("warmup", _parse_warmup, native=False),
 }
 
