@@ -99,6 +99,35 @@ def measure_point(
     }
 
 
+def device_used_mib() -> float | None:
+    """The GPU's memory in use (nvidia-smi), None without a GPU."""
+    try:
+        text = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "--id=0"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return float(text.strip() or "nan")
+
+
+def settled_device_used_mib(timeout_s: float = 20.0) -> float | None:
+    """The GPU's memory in use once it stops falling: a server that just stopped gives its memory back
+    over a few seconds, and a reading taken meanwhile counts it as the next point's."""
+    previous = device_used_mib()
+    deadline = time.monotonic() + timeout_s
+    while previous is not None and time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = device_used_mib()
+        if now is None or now >= previous:
+            return now
+        previous = now
+    return previous
+
+
 def transport_for_ours() -> str:
     return "cuda-shm" if torch.cuda.is_available() else "numpy"
 

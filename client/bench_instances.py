@@ -15,34 +15,28 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from client.bench_common import BATCH, ROOT, aligned, host_environment, measure_point, serving, write_report
+from client.bench_common import (
+    BATCH,
+    ROOT,
+    aligned,
+    device_used_mib,
+    host_environment,
+    measure_point,
+    serving,
+    settled_device_used_mib,
+    write_report,
+)
 from client.load import Workload
 from triton_ort.harness.processes import MIB, MemorySnapshot, gpu_memory_by_pid, stub_processes
 from triton_ort.harness.server import exit_on_termination
 
 MPS_SERVER = "nvidia-cuda-mps-server"
-
-
-def device_used_mib() -> float | None:
-    """The GPU's memory in use (nvidia-smi), None without a GPU."""
-    try:
-        text = subprocess.run(
-            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "--id=0"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=30,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return float(text.strip() or "nan")
 
 
 def _mps_server_gpu_mib() -> float:
@@ -70,7 +64,7 @@ def memory_reading(server_pid: int, mps: bool) -> dict[str, Any]:
 def measure_count(model: str, count: int, mps: bool, args: argparse.Namespace) -> dict[str, Any]:
     served = f"{model}_i{count}_d0"
     work = Workload.build(model, args.repository, BATCH[model])
-    before = device_used_mib()
+    before = settled_device_used_mib()  # the previous point's server may still be giving memory back
     with serving(args.repository, [served], mps=mps) as server:
         point = measure_point(server.grpc_url, served, work, args.concurrency, args)
         reading = memory_reading(server.process.pid, mps)

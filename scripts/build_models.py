@@ -84,6 +84,11 @@ def bench_variants(name: str) -> dict[str, Serving]:
         f"{name}_device": Serving(ZERO_COPY_MODEL_PY, instances, delay, (("output_placement", "device"),)),
         f"{name}_host": Serving(ZERO_COPY_MODEL_PY, instances, delay, (("output_placement", "host"),)),
         f"{name}_graph": Serving(ZERO_COPY_MODEL_PY, instances, delay, (("cuda_graph", "true"),)),
+        # What the memory settings cost in speed (client.ab; their memory: client.bench_memory).
+        f"{name}_cuda_stack": Serving(ZERO_COPY_MODEL_PY, instances, delay, (("cuda_stack_bytes", "0"),)),
+        f"{name}_same": Serving(
+            ZERO_COPY_MODEL_PY, instances, delay, (("arena_extend_strategy", "kSameAsRequested"),)
+        ),
         f"{name}_naive": Serving(NAIVE_MODEL_PY, instances, delay),
         f"{name}_null_host": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "host"),)),
         f"{name}_null_device": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "device"),)),

@@ -1,0 +1,200 @@
+"""What one GPU instance's memory is made of: each part in a fresh process, read by nvidia-smi.
+
+    python -m client.bench_memory --models demo mlp4096 --json FILE
+
+A python-backend stub is one process per instance, and everything it holds on the GPU is its own: the CUDA
+context, what torch and ONNX Runtime load into it, their memory pools. Each stage below builds one part
+more (or one alternative) in a process of its own, which then waits while this parent reads its GPU memory
+(nvidia-smi's per-process figure, the one `client.bench_instances` reports per stub) and RSS:
+
+  context          the CUDA primary context alone (driver API, nothing loaded)
+  context_stack    the same with the per-thread stack limit lowered to the instance's default
+                   (cuda_stack_bytes, src/triton_ort/cuda_context.py): the context's local memory
+  torch            torch's CUDA initialised (one tensor on the device)
+  ort              ONNX Runtime's CUDA session of the model and one run, without torch
+  instance         a ModelInstance as a stub holds it (torch + ORT + warm-up, the shipped options), after
+                   one gathered execute of 16 requests (the arenas as c=16 grows them)
+  instance_cuda_stack  the instance with CUDA's own stack limit (cuda_stack_bytes: 0), as before it
+  instance_same    the instance with arena_extend_strategy kSameAsRequested (ORT's arena grows by what
+                   a run asks, not to the next power of two)
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from client.bench_common import BATCH, ROOT, aligned, host_environment, write_report
+from triton_ort.harness.processes import MIB, gpu_memory_by_pid
+from triton_ort.harness.server import exit_on_termination
+from triton_ort.options import DEFAULT_CUDA_STACK_BYTES
+
+STAGES = ("context", "context_stack", "torch", "ort", "instance", "instance_cuda_stack", "instance_same")
+CU_LIMIT_STACK_SIZE = 0
+STAGE_PARAMETERS = {
+    "instance": {},
+    "instance_cuda_stack": {"cuda_stack_bytes": "0"},
+    "instance_same": {"arena_extend_strategy": "kSameAsRequested"},
+}
+
+
+def _driver() -> Any:
+    cuda = ctypes.CDLL("libcuda.so.1")
+    if cuda.cuInit(0) != 0:
+        raise RuntimeError("cuInit failed")
+    return cuda
+
+
+def _primary_context(cuda: Any) -> None:
+    device, context = ctypes.c_int(), ctypes.c_void_p()
+    assert cuda.cuDeviceGet(ctypes.byref(device), 0) == 0
+    assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device) == 0
+    assert cuda.cuCtxSetCurrent(context) == 0
+
+
+def _stack_limit(cuda: Any) -> int:
+    value = ctypes.c_size_t()
+    assert cuda.cuCtxGetLimit(ctypes.byref(value), CU_LIMIT_STACK_SIZE) == 0
+    return int(value.value)
+
+
+def _lower_stack(cuda: Any) -> dict[str, int]:
+    before = _stack_limit(cuda)
+    status = cuda.cuCtxSetLimit(CU_LIMIT_STACK_SIZE, ctypes.c_size_t(DEFAULT_CUDA_STACK_BYTES))
+    return {"stack_bytes_before": before, "stack_bytes_after": _stack_limit(cuda), "set_status": int(status)}
+
+
+def _instance(model: str, repository: Path, parameters: dict[str, str]) -> Any:
+    import torch
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2
+
+    from triton_ort import ModelInstance
+
+    folder = repository / model
+    message = text_format.Parse((folder / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    config = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    for key, value in parameters.items():
+        config.setdefault("parameters", {})[key] = {"string_value": value}
+    instance = ModelInstance(config, folder / "1", instance_kind="GPU", device_id=0)
+    spec = instance.runner.inputs[0]
+    width = [d if isinstance(d, int) else 1 for d in spec.shape[1:]]
+    request = {spec.name: torch.zeros([BATCH[model], *width], device="cuda")}
+    for result in instance.infer([request] * 16):  # one gathered execute, as c=16 makes them
+        assert not isinstance(result, Exception), result
+    return instance
+
+
+def run_stage(stage: str, model: str, repository: Path) -> dict[str, Any]:
+    """Build the stage in this process; what it reports of itself."""
+    report: dict[str, Any] = {}
+    if stage.startswith("context"):
+        cuda = _driver()
+        _primary_context(cuda)
+        if stage == "context_stack":
+            report.update(_lower_stack(cuda))
+        return report
+    if stage == "ort":
+        import numpy as np
+        import onnxruntime as ort
+
+        path = repository / model / "1" / "model.onnx"
+        session = ort.InferenceSession(str(path), providers=["CUDAExecutionProvider"])
+        spec = session.get_inputs()[0]
+        width = [d if isinstance(d, int) else 1 for d in spec.shape[1:]]
+        session.run(None, {spec.name: np.zeros([BATCH[model], *width], np.float32)})
+        report["providers"] = session.get_providers()
+        globals()["_kept"] = session
+        return report
+    import torch
+
+    if stage == "torch":
+        globals()["_kept"] = torch.zeros(1, device="cuda")
+    else:
+        globals()["_kept"] = _instance(model, repository, STAGE_PARAMETERS[stage])
+        report["stack_bytes_after"] = _stack_limit(_driver())
+    torch.cuda.synchronize()
+    report["torch_reserved_mib"] = torch.cuda.memory_reserved() / MIB
+    return report
+
+
+def child_main(stage: str, model: str, repository: Path) -> None:
+    print(json.dumps(run_stage(stage, model, repository)), flush=True)
+    sys.stdin.read()  # held until the parent has read this process's memory
+
+
+def measure(stage: str, model: str, repository: Path) -> dict[str, Any]:
+    command = [sys.executable, "-m", "client.bench_memory", "--child", stage, "--model", model]
+    command += ["--repository", str(repository)]
+    with subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=os.environ
+    ) as child:
+        assert child.stdout is not None and child.stdin is not None
+        line = child.stdout.readline()
+        if not line:
+            child.wait(timeout=60)
+            return {"stage": stage, "model": model, "error": f"exited {child.returncode}"}
+        time.sleep(1.0)  # nvidia-smi's per-process figure lags the allocation a little
+        gpu = (gpu_memory_by_pid() or {}).get(child.pid)
+        rss = psutil.Process(child.pid).memory_info().rss
+        child.stdin.close()
+        child.wait(timeout=60)
+    return {
+        "stage": stage,
+        "model": model,
+        "gpu_mib": None if gpu is None else gpu / MIB,
+        "rss_mib": rss / MIB,
+        **json.loads(line),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--models", nargs="+", default=["demo"], choices=sorted(BATCH))
+    parser.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
+    parser.add_argument("--repository", type=Path, default=ROOT / "bench_repository")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--child", choices=STAGES, help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child_main(args.child, args.model, args.repository)
+        return
+    exit_on_termination()
+    rows = []
+    for model in args.models:
+        for stage in args.stages:
+            if stage.startswith("context") and model != args.models[0]:
+                continue  # the same for every model
+            rows.append(measure(stage, model, args.repository))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    cells = [
+        [
+            r["model"],
+            r["stage"],
+            f"{r.get('gpu_mib') or 0:.0f}",
+            f"{r.get('rss_mib') or 0:.0f}",
+            f"{r.get('torch_reserved_mib', 0):.0f}",
+            str(r.get("stack_bytes_after", "")),
+            r.get("error", ""),
+        ]
+        for r in rows
+    ]
+    print(aligned(["model", "stage", "GPU MiB", "RSS MiB", "torch reserved", "stack B", "error"], cells))
+    if args.json:
+        write_report(args.json, {"command": " ".join(sys.argv), "host": host_environment(), "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
