@@ -114,6 +114,14 @@ def device_used_mib() -> float | None:
     return float(text.strip() or "nan")
 
 
+def hold_cuda_context() -> None:
+    """Create this measuring process's own CUDA context now, where there is a GPU: its first CUDA-shm
+    request would create it (538 MiB on an H200) between a point's two readings of the GPU's use, and that
+    point would count it (the first point of the instances run of 2026-12-02 did)."""
+    if torch.cuda.is_available():
+        torch.zeros(1, device="cuda")
+
+
 def settled_device_used_mib(timeout_s: float = 20.0) -> float | None:
     """The GPU's memory in use once it stops falling: a server that just stopped gives its memory back
     over a few seconds, and a reading taken meanwhile counts it as the next point's."""

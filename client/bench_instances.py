@@ -26,6 +26,7 @@ from client.bench_common import (
     ROOT,
     aligned,
     device_used_mib,
+    hold_cuda_context,
     host_environment,
     measure_point,
     serving,
@@ -97,6 +98,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     exit_on_termination()  # a stopped run still stops the server it started
+    hold_cuda_context()
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--models", nargs="+", default=["demo"], choices=sorted(BATCH))

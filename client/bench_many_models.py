@@ -33,6 +33,7 @@ from client.bench_common import (
     ROOT,
     aligned,
     device_used_mib,
+    hold_cuda_context,
     host_environment,
     serving,
     settled_device_used_mib,
@@ -214,6 +215,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     exit_on_termination()  # a stopped run still stops the server it started
+    hold_cuda_context()
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -85,7 +85,10 @@ class ModelOptions:
     first allocation at each size. Written `true` (= 1), `false` (none), or a list such as `1,8,64`."""
     gpu_mem_limit: int = 0
     """Bytes the CUDA EP's arena may hold; 0 = no limit."""
-    arena_extend_strategy: str = "kNextPowerOfTwo"
+    arena_extend_strategy: str = "kSameAsRequested"
+    """How the CUDA EP's arena grows: by what a run asks, not to the next power of two (ORT's and the native
+    backend's default), which on the H200 held 256 MiB less per mlp4096 instance at the same c=16 req/s
+    (client.bench_memory, client.ab; docs/benchmarks.md "Memory per instance")."""
     cudnn_conv_algo_search: str = "EXHAUSTIVE"
     graph_optimization_level: str = "all"
     intra_op_num_threads: int = 0
