@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU test host's call for serving more per GPU (docs/benchmarks.md, "Under load"): the stub profiled at
-# c=16 (client.profile_stub --concurrency 16: ours against the null models), then memory and req/s by
-# instance count, with and without CUDA MPS (client.bench_instances). About 5 minutes on the H200.
+# c=16 (client.profile_stub --concurrency 16: ours against the null models), what an instance's memory is
+# made of (client.bench_memory), memory and req/s by instance count, with and without CUDA MPS
+# (client.bench_instances), and eight models on one GPU (client.bench_many_models). About 9 minutes.
 # Usage on the host, from the project root, after .gpu-wheels/device-install.sh:
 #   OUT=/tmp/gpu-out bash scripts/gpu_scale_probe.sh        # py-spy's wheel in .whl/ (docs/gpu-host.md)
 set -uo pipefail
@@ -19,5 +20,8 @@ python3 -m client.profile_stub --models mlp4096 --variants "" _null_device --con
   --seconds 6 --json "$OUT/profile-c16-mlp4096.json" >> "$OUT/profile-c16.log" 2>&1 || status=1
 python3 -m client.bench_instances --models demo mlp4096 --counts 1 2 4 $mps \
   --json "$OUT/instances-gpu.json" > "$OUT/instances.log" 2>&1 || status=1
-cat "$OUT/profile-c16.log" "$OUT/instances.log"
+python3 -m client.bench_memory --models demo mlp4096 --json "$OUT/memory-gpu.json" > "$OUT/memory.log" 2>&1 \
+  || status=1
+python3 -m client.bench_many_models --json "$OUT/many-models-gpu.json" > "$OUT/many-models.log" 2>&1 || status=1
+cat "$OUT/profile-c16.log" "$OUT/instances.log" "$OUT/memory.log" "$OUT/many-models.log"
 exit $status
