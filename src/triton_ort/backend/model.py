@@ -29,26 +29,15 @@ import triton_python_backend_utils as pb_utils
 from triton_ort import InferenceError, ModelInstance, TritonOrtError, triton_code
 from triton_ort.autocomplete import apply_completed, complete_config, zero_copy_warning
 from triton_ort.copy_counter import copy_counting_enabled, count_host_device_copies
+from triton_ort.dtypes import ELEMENT_TYPES
 from triton_ort.metrics import triton_instance_metrics
 
 LOGGER = logging.getLogger("triton_ort.backend")
 
-# Host dtypes with a numpy equivalent (bfloat16 has none: it goes through DLPack, as device tensors do).
+# Host dtypes with a numpy equivalent: every numeric type of the one table but bfloat16, which numpy lacks
+# (it goes through DLPack, as device tensors do).
 _NUMPY_VIEWABLE = frozenset(
-    {
-        torch.float16,
-        torch.float32,
-        torch.float64,
-        torch.int8,
-        torch.int16,
-        torch.int32,
-        torch.int64,
-        torch.uint8,
-        torch.uint16,
-        torch.uint32,
-        torch.uint64,
-        torch.bool,
-    }
+    t.torch_dtype for t in ELEMENT_TYPES if t.torch_dtype is not None and t.torch_dtype != torch.bfloat16
 )
 
 
