@@ -12,7 +12,7 @@ import os
 import platform
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,15 @@ def sync_load(
     return latencies, time.perf_counter() - started
 
 
+def check_answer(served: str, work: Workload, ask: Callable[[], dict[str, Any]]) -> None:
+    """One request's answer against ORT on the CPU before anything is timed (null models answer zeros:
+    sent, not checked); a wrong one ends the benchmark."""
+    if "_null_" in served:
+        ask()
+    elif problems := compare(ask(), work.reference, rtol=2e-3, atol=2e-3):
+        raise SystemExit(f"{served}: WRONG ANSWER: {problems}")
+
+
 def measure_point(
     url: str, served: str, work: Workload, concurrency: int, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -76,10 +85,7 @@ def measure_point(
     client = grpcclient.InferenceServerClient(url)
     transport = transport_for_ours()
     with request_workers(client, served, transport, work, 1) as (workers, ask):
-        if "_null_" in served:  # zeros: nothing to check
-            ask()
-        elif problems := compare(ask(), work.reference, rtol=2e-3, atol=2e-3):
-            raise SystemExit(f"{served}: WRONG ANSWER: {problems}")
+        check_answer(served, work, ask)
         before = ModelStatistics.read(client, served)
         if concurrency == 1:
             timing = argparse.Namespace(warmup=args.warmup, duration=args.seconds, min_requests=20)

@@ -32,6 +32,7 @@ import tritonclient.grpc as grpcclient
 from client.bench_common import (
     ROOT,
     aligned,
+    check_answer,
     device_used_mib,
     hold_cuda_context,
     host_environment,
@@ -42,7 +43,6 @@ from client.bench_common import (
 )
 from client.bench_instances import memory_reading
 from client.load import Workload, load_in_processes, request_workers
-from triton_ort.harness.reference import compare
 from triton_ort.harness.server import exit_on_termination
 
 WIDTHS = (256, 512, 768, 1024, 1536, 2048, 3072, 4096)
@@ -140,8 +140,7 @@ def ensemble_workload(works: dict[str, Workload]) -> Workload:
 def checked(url: str, served: str, work: Workload) -> None:
     client = grpcclient.InferenceServerClient(url)
     with request_workers(client, served, transport_for_ours(), work, 1) as (_, ask):
-        if problems := compare(ask(), work.reference, rtol=2e-3, atol=2e-3):
-            raise SystemExit(f"{served}: WRONG ANSWER: {problems}")
+        check_answer(served, work, ask)
 
 
 def mixed_load(url: str, loads: dict[str, tuple[Workload, int]], args: argparse.Namespace) -> dict[str, Any]:

@@ -34,12 +34,12 @@ from typing import Any
 import psutil
 
 from client.bench_common import BATCH, ROOT, aligned, host_environment, write_report
+from triton_ort.cuda_context import lower_stack_limit, stack_limit
 from triton_ort.harness.processes import MIB, gpu_memory_by_pid
 from triton_ort.harness.server import exit_on_termination
 from triton_ort.options import DEFAULT_CUDA_STACK_BYTES
 
 STAGES = ("context", "context_stack", "torch", "ort", "instance", "instance_cuda_stack", "instance_same")
-CU_LIMIT_STACK_SIZE = 0
 STAGE_PARAMETERS = {
     "instance": {},
     "instance_cuda_stack": {"cuda_stack_bytes": "0"},
@@ -61,28 +61,15 @@ def _primary_context(cuda: Any) -> None:
     assert cuda.cuCtxSetCurrent(context) == 0
 
 
-def _stack_limit(cuda: Any) -> int:
-    value = ctypes.c_size_t()
-    assert cuda.cuCtxGetLimit(ctypes.byref(value), CU_LIMIT_STACK_SIZE) == 0
-    return int(value.value)
-
-
-def _lower_stack(cuda: Any) -> dict[str, int]:
-    before = _stack_limit(cuda)
-    status = cuda.cuCtxSetLimit(CU_LIMIT_STACK_SIZE, ctypes.c_size_t(DEFAULT_CUDA_STACK_BYTES))
-    return {"stack_bytes_before": before, "stack_bytes_after": _stack_limit(cuda), "set_status": int(status)}
-
-
 def _instance(model: str, repository: Path, parameters: dict[str, str]) -> Any:
     import torch
-    from google.protobuf import json_format, text_format
-    from tritonclient.grpc import model_config_pb2
+    from google.protobuf import json_format
 
     from triton_ort import ModelInstance
+    from triton_ort.harness.repository import read_config
 
     folder = repository / model
-    message = text_format.Parse((folder / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
-    config = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    config = json_format.MessageToDict(read_config(folder), preserving_proto_field_name=True)
     for key, value in parameters.items():
         config.setdefault("parameters", {})[key] = {"string_value": value}
     instance = ModelInstance(config, folder / "1", instance_kind="GPU", device_id=0)
@@ -101,7 +88,8 @@ def run_stage(stage: str, model: str, repository: Path) -> dict[str, Any]:
         cuda = _driver()
         _primary_context(cuda)
         if stage == "context_stack":
-            report.update(_lower_stack(cuda))
+            report["stack_bytes_before"] = stack_limit()
+            report["stack_bytes_after"] = lower_stack_limit(DEFAULT_CUDA_STACK_BYTES)
         return report
     if stage == "ort":
         import numpy as np
@@ -121,7 +109,7 @@ def run_stage(stage: str, model: str, repository: Path) -> dict[str, Any]:
         globals()["_kept"] = torch.zeros(1, device="cuda")
     else:
         globals()["_kept"] = _instance(model, repository, STAGE_PARAMETERS[stage])
-        report["stack_bytes_after"] = _stack_limit(_driver())
+        report["stack_bytes_after"] = stack_limit()
     torch.cuda.synchronize()
     report["torch_reserved_mib"] = torch.cuda.memory_reserved() / MIB
     return report
