@@ -73,22 +73,29 @@ class Serving:
 # model_repository/demo/config.pbtxt, four 1024-row requests for the MLPs.
 SHIPPED = {"demo": (2, 0), "mlp1024": (1, 0), "mlp4096": (2, 0)}
 MAX_BATCH = {"demo": 1024, "mlp1024": 4096, "mlp4096": 4096}
+# Parameters a model ships with beyond those: the demo's CUDA graphs (model_repository/demo/config.pbtxt,
+# `optimization { cuda { graphs: true } }`).
+SHIPPED_PARAMETERS: dict[str, tuple[tuple[str, str], ...]] = {"demo": (("cuda_graph", "true"),)}
 SWEEP = [(n, d) for n in (1, 2, 4) for d in (0, 100, 500)]
 
 
 def bench_variants(name: str) -> dict[str, Serving]:
     instances, delay = SHIPPED[name]
-    ours = Serving(ZERO_COPY_MODEL_PY, instances, delay)
+
+    def ours(*parameters: tuple[str, str]) -> Serving:
+        """Our model.py as the model ships (SHIPPED, SHIPPED_PARAMETERS), with `parameters` on top."""
+        merged = dict(SHIPPED_PARAMETERS.get(name, ())) | dict(parameters)
+        return Serving(ZERO_COPY_MODEL_PY, instances, delay, tuple(merged.items()))
+
     variants = {
-        name: ours,
-        f"{name}_device": Serving(ZERO_COPY_MODEL_PY, instances, delay, (("output_placement", "device"),)),
-        f"{name}_host": Serving(ZERO_COPY_MODEL_PY, instances, delay, (("output_placement", "host"),)),
-        f"{name}_graph": Serving(ZERO_COPY_MODEL_PY, instances, delay, (("cuda_graph", "true"),)),
+        name: ours(),
+        f"{name}_device": ours(("output_placement", "device")),
+        f"{name}_host": ours(("output_placement", "host")),
+        f"{name}_graph": ours(("cuda_graph", "true")),
+        f"{name}_nograph": ours(("cuda_graph", "false")),
         # What the memory settings cost in speed (client.ab; their memory: client.bench_memory).
-        f"{name}_cuda_stack": Serving(ZERO_COPY_MODEL_PY, instances, delay, (("cuda_stack_bytes", "0"),)),
-        f"{name}_same": Serving(
-            ZERO_COPY_MODEL_PY, instances, delay, (("arena_extend_strategy", "kSameAsRequested"),)
-        ),
+        f"{name}_cuda_stack": ours(("cuda_stack_bytes", "0")),
+        f"{name}_same": ours(("arena_extend_strategy", "kSameAsRequested")),
         f"{name}_naive": Serving(NAIVE_MODEL_PY, instances, delay),
         f"{name}_null_host": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "host"),)),
         f"{name}_null_device": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "device"),)),
@@ -110,7 +117,9 @@ def bench_variants(name: str) -> dict[str, Serving]:
         ),
     }
     for count, queue_delay in SWEEP:
-        variants[f"{name}_i{count}_d{queue_delay}"] = Serving(ZERO_COPY_MODEL_PY, count, queue_delay)
+        variants[f"{name}_i{count}_d{queue_delay}"] = Serving(
+            ZERO_COPY_MODEL_PY, count, queue_delay, SHIPPED_PARAMETERS.get(name, ())
+        )
     return variants
 
 

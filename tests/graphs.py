@@ -170,6 +170,24 @@ def label_encoder(path: Path) -> Path:
     return save_model(helper.make_model(graph, opset_imports=opsets), path)
 
 
+def cpu_node_between(path: Path) -> Path:
+    """x float[b, 2] -> Relu -> Scaler (ai.onnx.ml: a CPU-only kernel) -> Relu -> y: on a GPU session the
+    middle node runs on the CPU between two CUDA nodes, with copies around it."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Scaler", ["r"], ["s"], domain="ai.onnx.ml", offset=[1.0], scale=[2.0]),
+            helper.make_node("Relu", ["s"], ["y"]),
+        ],
+        "cpu_node_between",
+        [v("x", TensorProto.FLOAT, ["batch", 2])],
+        [v("y", TensorProto.FLOAT, ["batch", 2])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 2)]
+    return save_model(helper.make_model(graph, opset_imports=opsets), path)
+
+
 SCALE_DEFAULT = 2.0
 
 

@@ -136,6 +136,7 @@ class ModelInstance:
             self._request_specs = client.inputs
         self.output_names = [entry.name for entry in config.outputs]
         self.gather = self._gathers(version_dir / self.options.onnx_file)
+        self.pads_graph_batches = self._pads_graph_batches(version_dir / self.options.onnx_file)
         self.last_execute: ExecuteStats | None = None  # kept only while DEBUG logging is on
         if not self.runner.placement.is_cuda:
             self._stream = None  # the CUDA EP did not load and allow_cpu_fallback let it run on CPU
@@ -164,13 +165,22 @@ class ModelInstance:
             return self.options.gather_requests
         if not self._pipeline.outputs_follow_batch:
             return True  # such a model's requests never share a run: nothing to check
-        override = "parameter gather_requests: yes gathers them anyway"
+        return self._rows_independent(
+            onnx_path,
+            "requests run one per ORT run, not gathered",
+            "parameter gather_requests: yes gathers them anyway",
+        )
+
+    def _rows_independent(self, onnx_path: Path, consequence: str, override: str) -> bool:
+        """Whether the graph never mixes rows across the batch axis (row_mixing.py). Where it does, or
+        cannot be read, the log says so once, with the `consequence` and how to `override` it."""
         try:
             found = row_mixing_in_file(onnx_path)
         except Exception as error:  # a file ORT reads and the onnx package does not (an ORT-format model)
             LOGGER.warning(
-                "requests run one per ORT run: the graph could not be read to check whether it mixes rows "
-                "across the batch axis (%s); %s",
+                "%s: the graph could not be read to check whether it mixes rows across the batch axis "
+                "(%s); %s",
+                consequence,
                 error,
                 override,
             )
@@ -178,12 +188,28 @@ class ModelInstance:
         if found is None:
             return True
         LOGGER.info(
-            "requests run one per ORT run, not gathered: %s, so a request's answer would depend on the "
-            "requests run beside it; %s",
+            "%s: %s, so a request's answer would depend on the requests run beside it; %s",
+            consequence,
             found.describe(),
             override,
         )
         return False
+
+    def _pads_graph_batches(self, onnx_path: Path) -> bool:
+        """Whether each CUDA graph serves a bucket of batch sizes (runner.py, "CUDA graphs"): where Triton
+        batches, requests are gathered, and the graph is known not to mix rows; so a padded row changes
+        no other row's answer. Otherwise every batch size that comes takes a graph of its own."""
+        if not (self.runner.cuda_graph and self.gather and self.max_batch_size > 1):
+            return False
+        if self.options.gather_requests is None and self._pipeline.outputs_follow_batch:
+            independent = True  # _gathers has just checked the graph
+        else:
+            independent = self._rows_independent(
+                onnx_path,
+                "batches are not padded to a CUDA graph's bucket (each batch size gets a graph of its own)",
+                "no parameter pads them",
+            )
+        return independent and self.runner.pad_graph_batches(self.max_batch_size)
 
     def _one_value_inputs(
         self, tensors: Mapping[str, torch.Tensor]

@@ -11,6 +11,16 @@ axis, such as the batch) live in buffers the plan allocates, so ORT writes strai
 owns. Outputs with data-dependent shapes are allocated by ORT on the device at each run and wrapped as
 torch tensors through DLPack, again without a host copy.
 
+CUDA graphs (option cuda_graph): a plan captured as a graph replays on fixed input buffers, into which each
+run copies its inputs. A gathering server sees every sum of request sizes up to max_batch_size, and graph
+ids are few (MAX_CUDA_GRAPHS), so for a model whose rows never mix across the batch axis (row_mixing.py,
+decided by ModelInstance through `pad_graph_batches`) one graph serves a bucket of batch sizes: the batch is
+padded up to the next power of two (at most max_batch_size), and the answer is the first rows of the graph's
+outputs. The padding rows are whatever the graph's input buffers hold past the run's rows: copies of the
+first run's last row (written once, at that run), or rows of earlier runs; so each is an input the model has
+taken, whatever it checks, and no copy is spent on them per run. Each row is computed as in any batch of the
+bucket's size, apart from the others; the padding rows' answers are never handed out.
+
 A plan's buffers are handed out as the answer, and reused by the plan's next run. That is safe across
 executes: Triton's python backend has copied a response's outputs before it sends the instance its next
 execute(), which ModelInstance declares with `begin_execute()`. Within one execute, a plan whose buffers
@@ -35,6 +45,7 @@ each runs alone (the answers of requests of different lengths stay each their ow
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import OrderedDict
@@ -47,12 +58,14 @@ import onnxruntime as ort
 import torch
 import torch.utils.dlpack
 
-from .errors import ConfigError, InputError
+from .errors import InputError
 from .options import DEFAULT_HOST_OUTPUT_MAX_BYTES
-from .session import Placement, session_placement
+from .session import Placement, cuda_graphs_enabled, session_placement
 from .signature import TensorSpec, one_value_per_request, read_specs
 from .stats import RunnerStats
 from .tensor_checks import Signature, check_against_specs, check_shared_axes, signature_of
+
+LOGGER = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -121,6 +134,15 @@ PLAN_CACHE_SIZE = 32
 """Plans kept per runner, least recently used first out: a load of ever-new batch sizes (gathered requests
 sum theirs) cannot grow memory without bound. A signature past it is planned again when it comes back."""
 
+
+def graph_bucket(rows: int, max_rows: int) -> int:
+    """The batch size a graph for `rows` rows is captured at: the next power of two, at most `max_rows`
+    (Triton's max_batch_size), and never fewer than `rows`."""
+    if rows <= 1:
+        return rows
+    return max(rows, min(1 << (rows - 1).bit_length(), max_rows))
+
+
 MAX_CUDA_GRAPHS = 32
 """CUDA graph ids a runner gives out; past it, new signatures run without a graph. A captured plan is never
 evicted (its graph replays on the addresses of its buffers), and an id is never given twice: a plan
@@ -141,6 +163,8 @@ class RunPlan:
     run_options: ort.RunOptions | None
     graph_inputs: dict[str, torch.Tensor] | None = None
     """A CUDA graph's fixed input buffers (bound once): each run copies its inputs into them."""
+    padding_written: bool = False
+    """Every row of graph_inputs holds some run's input (the module's docstring, "CUDA graphs")."""
     answered: int = -1
     """The execute whose answer holds this plan's buffers."""
 
@@ -183,23 +207,46 @@ class IOBindingRunner:
         self._plans: OrderedDict[Signature, RunPlan] = OrderedDict()
         self._graph_plans: dict[Signature, RunPlan] = {}
         self._graph_ids_given = 0
+        self._graph_max_rows = 0  # > 0: graphs serve buckets of batch sizes up to it (pad_graph_batches)
         self._execute = 0  # counts begin_execute(); 0: the caller declares no executes
         self.stats = RunnerStats()
         # A failed run can leave ORT's CUDA arena holding what it grabbed for it (a request that asked for
         # more than the GPU has once left 140 GB reserved). The next run then shrinks the arena back.
         self.arena_needs_shrink = False
         self._run_options, self._shrink_options = self._make_run_options(arena_shrinkage)
-        self._cuda_graph = cuda_graph and self.placement.is_cuda
+        self._cuda_graph = cuda_graph and self.placement.is_cuda and cuda_graphs_enabled(session)
+        if self._cuda_graph and any(shape is None for shape in self._output_shapes.values()):
+            # A graph replays into fixed output buffers; a data-dependent size has none to fix.
+            LOGGER.warning(
+                "CUDA graphs are off: outputs %s have data-dependent sizes, and a graph needs every "
+                "output's shape to follow from the inputs' shapes",
+                [name for name, shape in self._output_shapes.items() if shape is None],
+            )
+            self._cuda_graph = False
         if self._cuda_graph:
-            if any(shape is None for shape in self._output_shapes.values()):
-                raise ConfigError(
-                    "cuda_graph needs every output's shape to follow from the inputs' shapes; this model "
-                    "has outputs of data-dependent size. Set cuda_graph: false."
-                )
             self._shrink_options = None  # a captured graph keeps its memory; nothing to shrink
         self.inputs_read_on_host = self.placement.is_cuda and _reads_inputs_on_host(session)
         # An empty tensor's data_ptr may be 0, which ORT rejects; bind this instead (never read: 0 elements).
         self._placeholder = torch.empty(8, dtype=torch.uint8, device=self.device)
+
+    @property
+    def graph_ids_given(self) -> int:
+        """CUDA graphs this runner has had ORT capture (or is capturing), at most MAX_CUDA_GRAPHS."""
+        return self._graph_ids_given
+
+    @property
+    def cuda_graph(self) -> bool:
+        """Whether this runner captures CUDA graphs (option cuda_graph, on a CUDA session)."""
+        return self._cuda_graph
+
+    def pad_graph_batches(self, max_rows: int) -> bool:
+        """Let each CUDA graph serve a bucket of batch sizes up to `max_rows` (the module's docstring), for
+        a model whose rows never mix across axis 0: only its caller can know that. Whether it applies: it
+        needs graphs, and outputs that all follow the batch axis."""
+        if not (self._cuda_graph and self.outputs_follow_batch and max_rows > 1):
+            return False
+        self._graph_max_rows = max_rows
+        return True
 
     def _own_arenas(self, arena_shrinkage: str) -> str:
         """The configured shrinkage on this instance's arenas: a `gpu:N` entry means this instance's GPU
@@ -281,11 +328,17 @@ class IOBindingRunner:
         # Kept referenced until run() returns: ORT holds only their pointers.
         specs = self.bound_specs(tensors)
         staged = [self.to_device(tensors[spec.name]) for spec in specs]
-        plan = self._plan_for(tensors)
+        plan, rows = self._plan_for(tensors)
         binding = plan.binding
         if plan.graph_inputs is not None:  # a graph replays on the addresses it was captured with
-            for fixed, tensor in zip(plan.graph_inputs.values(), staged, strict=True):
-                fixed.copy_(tensor, non_blocking=True)
+            for (name, fixed), tensor in zip(plan.graph_inputs.items(), staged, strict=True):
+                if rows is None or name in self.shared_inputs or rows == fixed.shape[0]:
+                    fixed.copy_(tensor, non_blocking=True)
+                    continue
+                if not plan.padding_written:  # once: copies of the last row (the module's docstring)
+                    fixed[rows:].copy_(tensor[-1:].expand_as(fixed[rows:]), non_blocking=True)
+                fixed[:rows].copy_(tensor, non_blocking=True)
+            plan.padding_written = True
         if self.inputs_read_on_host and (fresh or self.stats.host_to_device_copies != staged_before):
             # ORT copies an input it needs on the CPU at bind time, with a blocking copy on the legacy
             # stream, which does not wait for the staging copy (or the caller's kernels) just queued on ours.
@@ -314,6 +367,8 @@ class IOBindingRunner:
         self.stats.ort_run_seconds += finished - ran
         self.stats.ort_runs += 1
         outputs = dict(plan.outputs)  # a dict of the caller's own: a hook may change it
+        if rows is not None:  # a padded run's answer: the first rows
+            outputs = {name: tensor[:rows] for name, tensor in outputs.items()}
         if plan.ort_allocated:
             produced = dict(zip((spec.name for spec in self.outputs), binding.get_outputs(), strict=True))
             outputs = {
@@ -329,6 +384,8 @@ class IOBindingRunner:
             host = plan.host.get(name)
             if host is None:  # data-dependent size: pinned memory of this run's own
                 host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+            elif rows is not None:
+                host = host[:rows]
             host.copy_(tensor, non_blocking=True)
             answer[name] = host
         self.stats.device_to_host_copies += len(answer)
@@ -365,15 +422,32 @@ class IOBindingRunner:
         self.stats.device_to_host_copies += 1
         return tensor.cpu().numpy()
 
-    def _plan_for(self, tensors: Mapping[str, torch.Tensor]) -> RunPlan:
-        """The signature's cached plan, made on its first run; a spare one when the cached plan's buffers
-        still hold an answer (given in this execute, or to a caller that declares no executes)."""
+    def _plan_for(self, tensors: Mapping[str, torch.Tensor]) -> tuple[RunPlan, int | None]:
+        """The signature's cached plan, made on its first run, and the rows to pad it from (None: no
+        padding); a spare plan when the cached one's buffers still hold an answer (given in this execute,
+        or to a caller that declares no executes). Where batches are padded (pad_graph_batches), a graph
+        is cached by its bucket's signature."""
         if self._execute == 0:
-            return self._new_plan(tensors, graph=False)
+            return self._new_plan(tensors, graph=False), None
+        padding = self._batch_bucket(tensors)
+        if padding is not None:
+            rows, bucket = padding
+            signature = self._signature_at(tensors, bucket)
+            plan = self._graph_plans.get(signature)
+            if plan is None and self._graph_ids_given < MAX_CUDA_GRAPHS:
+                shapes = {  # a new plan reads only shapes and dtypes
+                    name: torch.empty(size, dtype=dtype, device="meta") for name, dtype, size in signature
+                }
+                plan = self._graph_plans[signature] = self._new_plan(shapes, graph=True)
+            if plan is not None:
+                if plan.answered == self._execute:
+                    return self._new_plan(tensors, graph=False), None
+                return plan, rows
+            # past the graph ids: an ordinary plan at the run's own shapes, below
         signature = signature_of(tensors)
         plan = self._graph_plans.get(signature) or self._plans.get(signature)
         if plan is None:
-            graph = self._cuda_graph and self._graph_ids_given < MAX_CUDA_GRAPHS
+            graph = padding is None and self._cuda_graph and self._graph_ids_given < MAX_CUDA_GRAPHS
             plan = self._new_plan(tensors, graph)
             if graph:
                 self._graph_plans[signature] = plan
@@ -384,8 +458,35 @@ class IOBindingRunner:
         elif signature in self._plans:
             self._plans.move_to_end(signature)
         if plan.answered == self._execute:
-            return self._new_plan(tensors, graph=False)
-        return plan
+            return self._new_plan(tensors, graph=False), None
+        return plan, None
+
+    def _batch_bucket(self, tensors: Mapping[str, torch.Tensor]) -> tuple[int, int] | None:
+        """(rows, the bucket they are padded to) for a run a bucket's graph serves: batches are padded
+        (pad_graph_batches) and every batched input has the same rows, at least one."""
+        if not self._graph_max_rows:
+            return None
+        rows = None
+        for name, tensor in tensors.items():
+            if name in self.shared_inputs:
+                continue
+            if tensor.dim() == 0 or (rows is not None and tensor.shape[0] != rows):
+                return None
+            rows = int(tensor.shape[0])
+        if not rows:
+            return None
+        return rows, graph_bucket(rows, self._graph_max_rows)
+
+    def _signature_at(self, tensors: Mapping[str, torch.Tensor], rows: int) -> Signature:
+        """The signature of these inputs with `rows` rows in each batched one."""
+        return tuple(
+            (
+                name,
+                tensor.dtype,
+                tensor.shape if name in self.shared_inputs else torch.Size((rows, *tensor.shape[1:])),
+            )
+            for name, tensor in tensors.items()
+        )
 
     def _forget(self, plan: RunPlan) -> None:
         for plans in (self._plans, self._graph_plans):

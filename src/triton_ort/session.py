@@ -5,8 +5,10 @@ that the session got them (what to say when a provider is missing is providers.p
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,7 +177,16 @@ def create_session(model_path: Path, options: ModelOptions, placement: Placement
         providers = [
             p for p in providers if (p if isinstance(p, str) else p[0]) not in (CUDA_EP, TENSORRT_EP)
         ]
-    session, ep_error = _new_session(model_path, options, providers)
+    try:
+        session, ep_error = _new_session(model_path, options, providers)
+    except Exception as error:  # ORT raises its Fail, which its own retry does not catch
+        if not (placement.is_cuda and options.cuda_graph and _GRAPHS_REFUSED.search(str(error))):
+            raise
+        session, ep_error = _without_graphs(model_path, options, placement, str(error))
+        options = dataclasses.replace(options, cuda_graph=False)
+    if placement.is_cuda and options.cuda_graph and _GRAPHS_REFUSED.search(ep_error):  # ORT retried on CPU
+        session, ep_error = _without_graphs(model_path, options, placement, ep_error)
+        options = dataclasses.replace(options, cuda_graph=False)
     if TENSORRT_EP in _names(providers) and TENSORRT_EP not in session.get_providers():
         # ORT's Python API retries without a provider that fails to start, but with default CUDA options
         # (not the instance's stream): never serve that session.
@@ -205,6 +216,33 @@ def create_session(model_path: Path, options: ModelOptions, placement: Placement
                 f"Fix: check the 'cuda' accelerator's parameters against this onnxruntime ({ort.__version__})"
             )
     return session
+
+
+_GRAPHS_REFUSED = re.compile(r"cannot use the (CUDA Graph|graph capture) feature")
+"""ORT's words (inference_session.cc; "CUDA Graph" before 1.18) when a session asked to capture graphs has
+compute nodes off the CUDA EP, memcpy nodes, or control flow."""
+
+
+def cuda_graphs_enabled(session: ort.InferenceSession) -> bool:
+    """Whether the session's CUDA EP captures graphs (create_session turns them off where ORT refuses)."""
+    cuda = session.get_provider_options().get(CUDA_EP, {})
+    return str(cuda.get("enable_cuda_graph", "0")) == "1"
+
+
+def _without_graphs(
+    model_path: Path, options: ModelOptions, placement: Placement, refusal: str
+) -> tuple[ort.InferenceSession, str]:
+    """The session again without CUDA graphs, where ORT refused to capture the model (a compute node off the
+    CUDA EP, copies between devices, control flow): CUDA graphs are an optimisation, so the model still
+    serves on the CUDA EP, and the log says why it runs without them."""
+    LOGGER.warning(
+        "CUDA graphs are off for %s: ONNX Runtime cannot capture this model (%s); it runs on the CUDA EP "
+        "without them",
+        model_path.name,
+        refusal.strip(),
+    )
+    options = dataclasses.replace(options, cuda_graph=False)
+    return _new_session(model_path, options, requested_providers(options, placement))
 
 
 def _new_session(

@@ -237,6 +237,62 @@ def test_graph_plans_past_the_limit_and_repeats_in_one_execute_answer_right(
     assert runner.plan_count == 3  # two captured plans and one ordinary
 
 
+@pytest.mark.parametrize("placement", ["device", "host"])
+def test_padded_graphs_answer_every_batch_size_of_their_bucket(placement: str) -> None:
+    """With batches padded (pad_graph_batches), six batch sizes take three graphs (buckets 4, 8 and 128),
+    and every run's answer, of its own rows only, is ORT's on CPU, captured or replayed."""
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    where = Placement("cuda", 0, stream.cuda_stream)
+    runner = IOBindingRunner(
+        create_session(demo_onnx(), ModelOptions(cuda_graph=True), where),
+        where,
+        output_placement=OutputPlacement(placement),
+        cuda_graph=True,
+    )
+    assert runner.pad_graph_batches(1024)
+    for _ in range(4):  # captures, then replays
+        for rows in (3, 4, 5, 7, 100, 128):
+            runner.begin_execute()
+            x = torch.randn(rows, 2010, device="cuda")  # new values at a new address each time
+            with torch.cuda.stream(stream):
+                out = runner.run({"np_script_embeddings": x})["np_logits"]
+            stream.synchronize()
+            assert out.shape == (rows, 2)
+            want = cpu_reference(demo_onnx(), {"np_script_embeddings": x})["np_logits"]
+            np.testing.assert_allclose(out.cpu().numpy(), want, **TF32, err_msg=f"{rows} rows")
+    assert runner.plan_count == runner.graph_ids_given == 3
+
+
+def test_cuda_graphs_step_aside_where_a_model_cannot_be_captured(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """cuda_graph on a model with a CPU-only node between CUDA nodes (ORT refuses to capture it) or with an
+    output of data-dependent size: the model loads on the CUDA EP without graphs, says why in the log,
+    and answers."""
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    where = Placement("cuda", 0, stream.cuda_stream)
+    options = ModelOptions(cuda_graph=True)
+    with caplog.at_level(logging.WARNING, logger="triton_ort"):
+        path = graphs.cpu_node_between(tmp_path / "between.onnx")
+        session = create_session(path, options, where)
+        nonzero = IOBindingRunner(
+            create_session(graphs.nonzero(tmp_path / "nz.onnx"), options, where), where, cuda_graph=True
+        )
+    print(caplog.text)
+    assert session.get_providers()[0] == CUDA_EP
+    assert "CUDA graphs are off for between.onnx: ONNX Runtime cannot capture this model" in caplog.text
+    assert "CUDA graphs are off: outputs ['indices'] have data-dependent sizes" in caplog.text
+    runner = IOBindingRunner(session, where, cuda_graph=True)
+    assert not runner.cuda_graph and not nonzero.cuda_graph
+    x = torch.tensor([[-1.0, 2.0], [3.0, -4.0]], device="cuda")
+    for _ in range(3):
+        runner.begin_execute()
+        with torch.cuda.stream(stream):
+            got = runner.run({"x": x})["y"]
+        stream.synchronize()
+        assert got.cpu().tolist() == [[0.0, 2.0], [4.0, 0.0]]  # relu((relu(x) - 1) * 2)
+
+
 def _with_placement(repository: Path, name: str, placement: str) -> None:
     """A copy of the demo named `name`, with parameter output_placement set."""
     shutil.copytree(repository / "demo", repository / name)
