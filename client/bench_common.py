@@ -1,5 +1,6 @@
-"""What the benchmarks share (bench, ab, profile_stub, bench_hooks, bench_gather): the models' batch
-sizes, the served-model harness, the one-client load loop, the host description, tables and JSON reports.
+"""What the benchmarks share (bench, ab, profile_stub, bench_hooks, bench_gather, bench_instances,
+bench_memory, bench_many_models, bench_graphs): the models' batch sizes, the served-model harness, the
+one-client load loop, memory readings, the host description, tables and JSON reports.
 The siblings import from here, never from each other or from scripts/."""
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 import tritonclient.grpc as grpcclient
 
 from client.load import Workload, load_in_processes, request_workers
+from triton_ort.harness.processes import MIB, MemorySnapshot, gpu_memory_by_pid, stub_processes
 from triton_ort.harness.reference import compare
 from triton_ort.harness.transport import ModelStatistics
 
@@ -223,3 +226,28 @@ def linear_onnx(path: Path) -> Path:
     )
     # pinned IR: the GPU host's onnx writes IR 14 by default, which its ORT 1.31.1 does not read
     return save_model(graph, path)
+
+
+MPS_SERVER = "nvidia-cuda-mps-server"
+
+
+def _mps_server_gpu_mib() -> float:
+    """GPU memory of the MPS server processes (under --mps the clients' shared context lives there)."""
+    by_pid = gpu_memory_by_pid() or {}
+    mps = [p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == MPS_SERVER]
+    return sum(by_pid.get(pid, 0) for pid in mps) / MIB
+
+
+def memory_reading(server_pid: int, mps: bool) -> dict[str, Any]:
+    snapshot = MemorySnapshot.of(server_pid)
+    stubs = sorted(stub_processes(server_pid))
+    gpu = snapshot.gpu  # None where nvidia-smi cannot read (no GPU)
+    reading: dict[str, Any] = {
+        "server_rss_mib": snapshot.rss.get(server_pid, 0) / MIB,
+        "server_gpu_mib": None if gpu is None else gpu.get(server_pid, 0) / MIB,
+        "stub_rss_mib": [snapshot.rss.get(pid, 0) / MIB for pid in stubs],
+        "stub_gpu_mib": [] if gpu is None else [gpu.get(pid, 0) / MIB for pid in stubs],
+    }
+    if mps:
+        reading["mps_server_gpu_mib"] = _mps_server_gpu_mib()
+    return reading

@@ -19,8 +19,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from client.bench_common import (
     BATCH,
     ROOT,
@@ -29,37 +27,13 @@ from client.bench_common import (
     hold_cuda_context,
     host_environment,
     measure_point,
+    memory_reading,
     serving,
     settled_device_used_mib,
     write_report,
 )
 from client.load import Workload
-from triton_ort.harness.processes import MIB, MemorySnapshot, gpu_memory_by_pid, stub_processes
 from triton_ort.harness.server import exit_on_termination
-
-MPS_SERVER = "nvidia-cuda-mps-server"
-
-
-def _mps_server_gpu_mib() -> float:
-    """GPU memory of the MPS server processes (under --mps the clients' shared context lives there)."""
-    by_pid = gpu_memory_by_pid() or {}
-    mps = [p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == MPS_SERVER]
-    return sum(by_pid.get(pid, 0) for pid in mps) / MIB
-
-
-def memory_reading(server_pid: int, mps: bool) -> dict[str, Any]:
-    snapshot = MemorySnapshot.of(server_pid)
-    stubs = sorted(stub_processes(server_pid))
-    gpu = snapshot.gpu  # None where nvidia-smi cannot read (no GPU)
-    reading: dict[str, Any] = {
-        "server_rss_mib": snapshot.rss.get(server_pid, 0) / MIB,
-        "server_gpu_mib": None if gpu is None else gpu.get(server_pid, 0) / MIB,
-        "stub_rss_mib": [snapshot.rss.get(pid, 0) / MIB for pid in stubs],
-        "stub_gpu_mib": [] if gpu is None else [gpu.get(pid, 0) / MIB for pid in stubs],
-    }
-    if mps:
-        reading["mps_server_gpu_mib"] = _mps_server_gpu_mib()
-    return reading
 
 
 def measure_count(model: str, count: int, mps: bool, args: argparse.Namespace) -> dict[str, Any]:

@@ -36,12 +36,12 @@ from client.bench_common import (
     device_used_mib,
     hold_cuda_context,
     host_environment,
+    memory_reading,
     serving,
     settled_device_used_mib,
     transport_for_ours,
     write_report,
 )
-from client.bench_instances import memory_reading
 from client.load import Workload, load_in_processes, request_workers
 from triton_ort.harness.server import exit_on_termination
 
