@@ -28,6 +28,8 @@ from triton_ort.harness.reference import compare
 from triton_ort.harness.transport import ModelStatistics
 
 ROOT = Path(__file__).resolve().parent.parent
+DEMO_ONNX = ROOT / "model_repository" / "demo" / "1" / "model.onnx"
+"""The demo's ONNX file, as `make models` builds it."""
 BATCH = {"demo": 100, "mlp1024": 256, "mlp4096": 1024}
 """Rows per request of each benchmarked model (scripts/build_models.py --bench builds the models)."""
 

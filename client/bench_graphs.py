@@ -18,10 +18,9 @@ from typing import Any
 
 import torch
 
-from client.bench_common import ROOT, host_environment, write_report
+from client.bench_common import DEMO_ONNX, host_environment, write_report
 from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session, run_requests
 
-DEMO_ONNX = ROOT / "model_repository" / "demo" / "1" / "model.onnx"
 WAYS = {"no graph": (False, False), "graph per shape": (True, False), "graph per bucket": (True, True)}
 POINTS = {"1x100": (1, 100), "1x128": (1, 128), "4x100": (4, 100), "5x100": (5, 100)}
 

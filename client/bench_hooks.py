@@ -39,11 +39,10 @@ from typing import Any
 
 import torch
 
-from client.bench_common import ROOT, host_environment, linear_onnx, write_report
+from client.bench_common import DEMO_ONNX, ROOT, host_environment, linear_onnx, write_report
 from triton_ort import ModelInstance, Tensors, run_requests
 
 EXAMPLE = ROOT / "model_repository" / "demo_hooks"
-DEMO_ONNX = ROOT / "model_repository" / "demo" / "1" / "model.onnx"
 TARGET_US = 30.0
 
 

@@ -82,10 +82,10 @@ SWEEP = [(n, d) for n in (1, 2, 4) for d in (0, 100, 500)]
 def bench_variants(name: str) -> dict[str, Serving]:
     instances, delay = SHIPPED[name]
 
-    def ours(*parameters: tuple[str, str]) -> Serving:
+    def ours(*parameters: tuple[str, str], count: int = instances, queue_delay: int = delay) -> Serving:
         """Our model.py as the model ships (SHIPPED, SHIPPED_PARAMETERS), with `parameters` on top."""
         merged = dict(SHIPPED_PARAMETERS.get(name, ())) | dict(parameters)
-        return Serving(ZERO_COPY_MODEL_PY, instances, delay, tuple(merged.items()))
+        return Serving(ZERO_COPY_MODEL_PY, count, queue_delay, tuple(merged.items()))
 
     variants = {
         name: ours(),
@@ -117,9 +117,7 @@ def bench_variants(name: str) -> dict[str, Serving]:
         ),
     }
     for count, queue_delay in SWEEP:
-        variants[f"{name}_i{count}_d{queue_delay}"] = Serving(
-            ZERO_COPY_MODEL_PY, count, queue_delay, SHIPPED_PARAMETERS.get(name, ())
-        )
+        variants[f"{name}_i{count}_d{queue_delay}"] = ours(count=count, queue_delay=queue_delay)
     return variants
 
 
