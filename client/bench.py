@@ -218,9 +218,9 @@ def measure_server(
 def pytriton_server(onnx_path: Path, name: str) -> Iterator[str]:
     """PyTriton serving the same function in a child process. Its log and its workspace (model store,
     sockets) live in a temporary folder that is removed afterwards, whatever happened."""
-    from triton_ort.harness.server import free_port
+    from triton_ort.harness.server import free_ports
 
-    ports = [free_port() for _ in range(3)]
+    ports = free_ports(3)
     # Short names: the workspace holds PyTriton's unix sockets, whose paths must fit in 107 bytes.
     with tempfile.TemporaryDirectory(prefix="pytriton_") as folder:
         command = [

@@ -34,7 +34,7 @@ from triton_ort.harness.server import (
     SHM_DIR,
     WORKDIR_PREFIX,
     LocalTritonServer,
-    free_port,
+    free_ports,
     port_in_use,
 )
 
@@ -140,8 +140,10 @@ def shm_prefix(server: psutil.Process) -> str:
     raise AssertionError(f"no shm-region-prefix-name in {server.cmdline()}")
 
 
-def free_ports() -> tuple[int, int, int]:
-    return free_port(), free_port(), free_port()
+def three_ports() -> tuple[int, int, int]:
+    """HTTP, gRPC and metrics ports, free now and all different."""
+    http, grpc, metrics = free_ports(3)
+    return http, grpc, metrics
 
 
 def launcher_files(tmpdir: Path) -> list[Path]:
@@ -173,7 +175,7 @@ def tiny(tmp_path: Path) -> Path:
 
 
 def _started(tiny: Path, tmp_path: Path) -> tuple[Launched, tuple[int, int, int], list[psutil.Process], str]:
-    ports = free_ports()
+    ports = three_ports()
     launched = launch(launcher_command(tiny, ports), tmp_path / "tmp")
     ready = launched.wait_for_line(READY, 120)
     assert f"HTTP 127.0.0.1:{ports[0]}, gRPC 127.0.0.1:{ports[1]}" in ready, ready
@@ -225,7 +227,7 @@ def test_a_sigkilled_launcher_takes_its_server_down(
 def test_a_second_launcher_on_the_same_ports_fails_fast_and_names_the_port(
     tiny: Path, tmp_path: Path
 ) -> None:
-    ports = free_ports()
+    ports = three_ports()
     with LocalTritonServer(tiny, *ports) as first:
         started = time.monotonic()
         second = launch(launcher_command(tiny, ports), tmp_path / "tmp")
@@ -246,7 +248,7 @@ def test_a_port_taken_after_the_pre_check_is_read_from_the_log_not_from_the_othe
     """The other server answers /v2/health/ready on these ports; ours must still fail, naming the port
     from its own log's "already in use" line."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    ports = free_ports()
+    ports = three_ports()
     with LocalTritonServer(tiny, *ports) as first:
         second = LocalTritonServer(tiny, *ports)
         monkeypatch.setattr(second, "_check_ports", lambda: None)  # as if the port was taken just after
@@ -277,7 +279,7 @@ def test_a_load_error_comes_first_and_the_log_is_kept(tmp_path: Path) -> None:
 
 
 def _free_port_args() -> list[str]:
-    http, grpc, metrics = free_ports()
+    http, grpc, metrics = three_ports()
     return [f"--http-port={http}", f"--grpc-port={grpc}", f"--metrics-port={metrics}"]
 
 
@@ -322,7 +324,7 @@ def test_normal_stop_leaves_no_folder_and_no_shared_memory(
 def test_make_serve_takes_its_ports_from_the_command_line(tiny: Path, tmp_path: Path) -> None:
     """`make serve HTTP_PORT=... GRPC_PORT=... METRICS_PORT=...` for real (the `models` prerequisite
     skipped: it builds the demo), stopped the way a harness stops it: SIGTERM to make's process group."""
-    ports = free_ports()
+    ports = three_ports()
     make = [
         "make",
         "-o",
@@ -367,7 +369,7 @@ def test_with_exit_on_error_false_the_failures_come_first_and_the_models_that_lo
     """A repository where one model fails to load: with tritonserver's --exit-on-error=false the launcher
     names that model's own error first, then reports ready, and the model that loaded answers."""
     repository = tiny_repository(build_mismatch_repository(tmp_path / "repository"))
-    ports = free_ports()
+    ports = three_ports()
     command = [*launcher_command(repository, ports), "--startup-timeout=240", "--", "--exit-on-error=false"]
     launched = launch(command, tmp_path / "tmp")
     try:
@@ -396,7 +398,9 @@ def test_the_startup_limit_comes_from_the_environment_and_names_how_to_raise_it(
 ) -> None:
     """A limit too short for any load: the failure says which flag and variable allow longer."""
     launched = launch(
-        [*launcher_command(tiny, free_ports())], tmp_path / "tmp", env={"TRITON_ORT_STARTUP_TIMEOUT_S": "0.5"}
+        [*launcher_command(tiny, three_ports())],
+        tmp_path / "tmp",
+        env={"TRITON_ORT_STARTUP_TIMEOUT_S": "0.5"},
     )
     assert launched.process.wait(timeout=120) == 1
     output = launched.output()

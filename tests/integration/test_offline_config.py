@@ -24,7 +24,7 @@ from tests import exported, graphs
 from tests.paths import MODEL_REPOSITORY, ROOT, demo_onnx
 from tests.unit.test_cli import triton_ort
 from triton_ort.harness.repository import pin_one_instance
-from triton_ort.harness.server import LocalTritonServer, free_port
+from triton_ort.harness.server import LocalTritonServer, free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -215,7 +215,10 @@ def test_a_misspelt_backend_is_named_with_the_closest_one_offline_and_before_tri
         client.load_model(MISSPELT)
     # `triton-ort serve` gives the offline line before it starts tritonserver at all
     shutil.copytree(repository / MISSPELT, tmp_path / "repository" / MISSPELT)
-    ports = [f"--{service}-port={free_port()}" for service in ("http", "grpc", "metrics")]
+    ports = [
+        f"--{service}-port={port}"
+        for service, port in zip(("http", "grpc", "metrics"), free_ports(3), strict=True)
+    ]
     serve = subprocess.run(
         [
             sys.executable,

@@ -28,7 +28,7 @@ from tritonclient.grpc import model_config_pb2
 
 from tests.paths import MODEL_REPOSITORY, ROOT, demo_onnx
 from tests.user_commands import activated, serving, shell
-from triton_ort.harness.server import free_port, gpu_present
+from triton_ort.harness.server import free_ports, gpu_present
 
 pytestmark = [
     pytest.mark.integration,
@@ -156,7 +156,7 @@ def test_every_command_runs_from_the_installed_package(venv: Venv) -> None:
     assert installed.returncode == 0, installed.stderr
     assert (backends / "onnxruntime_zerocopy" / "model.py").is_file()
 
-    http, grpc, metrics = free_port(), free_port(), free_port()
+    http, grpc, metrics = free_ports(3)
     serve = (
         f"triton-ort serve --model-repository {MODEL_REPOSITORY} "
         f"--http-port {http} --grpc-port {grpc} --metrics-port {metrics}"

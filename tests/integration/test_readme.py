@@ -24,7 +24,7 @@ from tritonclient.grpc import model_config_pb2
 from tests import graphs
 from tests.paths import ROOT, demo_onnx
 from tests.user_commands import activated, serving, shell
-from triton_ort.harness.server import free_port
+from triton_ort.harness.server import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +83,7 @@ def test_serve_your_own_onnx_model_recipe(tmp_path: Path, model: str) -> None:
     )
 
     # The serve line as written (its comment dropped), with free ports added: 8000-8002 may be taken.
-    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    http_port, grpc_port, metrics_port = free_ports(3)
     serve = (
         blocks["serve"].partition("#")[0].strip()
         + f" --http-port {http_port} --grpc-port {grpc_port} --metrics-port {metrics_port}"

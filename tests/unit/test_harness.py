@@ -20,6 +20,7 @@ from triton_ort.harness.malformed import malformed_requests
 from triton_ort.harness.processes import alive, descendants, rss_bytes, zombies
 from triton_ort.harness.reference import compare
 from triton_ort.harness.repository import read_config, write_config
+from triton_ort.harness.server import free_ports
 from triton_ort.harness.transport import TensorMeta, infer_inputs
 from triton_ort.harness.waiting import wait_for
 
@@ -88,6 +89,15 @@ def test_an_exited_child_nobody_waited_for_is_a_zombie() -> None:
         assert child.pid not in zombies(os.getpid())
     finally:
         signal.signal(signal.SIGCHLD, previous)
+
+
+def test_free_ports_are_all_different_and_avoid_what_they_are_told() -> None:
+    """Ports chosen one after another with each probe closed can repeat (HTTP and gRPC once got one port);
+    500 chosen that way repeated in each of 100 tries here. free_ports keeps every probe bound to the end."""
+    ports = free_ports(500)
+    assert len(set(ports)) == 500
+    avoided = set(ports[:50])
+    assert avoided.isdisjoint(free_ports(100, avoid=avoided))
 
 
 def test_compare_says_what_differs_and_lets_nan_match_nan() -> None:

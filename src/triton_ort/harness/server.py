@@ -41,7 +41,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -147,10 +147,24 @@ def _pytriton_paths() -> tuple[Path, Path]:
     return package / "tritonserver", package.parent / "nvidia_pytriton.libs"
 
 
+def free_ports(count: int, avoid: Collection[int] = ()) -> list[int]:
+    """`count` different ports free on 127.0.0.1 now, none of them in `avoid`. Each probe stays bound until
+    all are chosen: a probe closed before the next one binds lets the kernel hand out the same port again
+    (three free_port() calls in a row once gave HTTP and gRPC one port, and tritonserver refused to start)."""
+    with contextlib.ExitStack() as probes:
+        ports: list[int] = []
+        while len(ports) < count:
+            probe = probes.enter_context(socket.socket())
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+            if port not in avoid:
+                ports.append(port)
+        return ports
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """One port free on 127.0.0.1 now; for several at once, free_ports (they differ)."""
+    return free_ports(1)[0]
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
@@ -345,7 +359,8 @@ class LocalTritonServer:
             self.shm_prefix = None
         requested = (self.http_port, self.grpc_port, self.metrics_port)
         for attempt in range(3):
-            self.http_port, self.grpc_port, self.metrics_port = (p or free_port() for p in requested)
+            fresh = iter(free_ports(sum(not p for p in requested), avoid=requested))
+            self.http_port, self.grpc_port, self.metrics_port = (p or next(fresh) for p in requested)
             try:
                 return self._start_once()
             except ServerStartError as error:
