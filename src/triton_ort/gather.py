@@ -56,6 +56,11 @@ class Runs(Protocol):
 
     def to_device(self, tensor: torch.Tensor) -> torch.Tensor: ...
 
+    def input_buffers(self, tensors: Tensors) -> dict[str, torch.Tensor]:
+        """Where a run of inputs shaped like these reads them, for those it has fixed memory for (a CUDA
+        graph's input buffers); a concatenation may write there instead of into a new tensor."""
+        ...
+
 
 def _value(tensor: torch.Tensor | np.ndarray[Any, Any]) -> bytes:
     """A tensor's bytes: equal bytes, equal answers (NaN included). One copy to the host for a device
@@ -159,9 +164,17 @@ def _run_gathered(runner: Runs, group: Sequence[Tensors]) -> list[Result] | None
     """One ORT run for the whole group, split back; None when it cannot be split or failed."""
     batched = [name for name in group[0] if name not in runner.shared_inputs]
     rows = [tensors[batched[0]].shape[0] for tensors in group]
+    total = sum(rows)
     try:  # the joint inputs too may not fit (device memory): then each request runs, and fails, alone
+        shapes = {  # what the joint run's plan is chosen by: shapes and dtypes
+            name: group[0][name]
+            if name in runner.shared_inputs
+            else torch.empty((total, *t.shape[1:]), dtype=t.dtype, device="meta")
+            for name, t in group[0].items()
+        }
+        into = runner.input_buffers(shapes)
         joint = {
-            name: torch.cat([runner.to_device(tensors[name]) for tensors in group])
+            name: torch.cat([runner.to_device(tensors[name]) for tensors in group], out=into.get(name))
             if name not in runner.shared_inputs
             else group[0][name]  # the group's one value (its key holds it)
             for name in group[0]
@@ -171,7 +184,6 @@ def _run_gathered(runner: Runs, group: Sequence[Tensors]) -> list[Result] | None
     except Exception as error:
         LOGGER.info("gathered run of %d requests failed (%s); running them one by one", len(group), error)
         return None
-    total = sum(rows)
     if any(t.dim() == 0 or t.shape[0] != total for t in outputs.values()):
         return None  # an output without a batch axis cannot be split per request
     pieces = {name: torch.split(t, rows) for name, t in outputs.items()}

@@ -165,8 +165,8 @@ def _all_tensors(value: Any) -> bool:
 
 class HookedRunner:
     """An IOBindingRunner with hooks around each run, behind the interface request gathering uses
-    (validate, run, to_device, outputs_follow_batch). Validation of what the hooks return is cached per
-    tensor signature, as the runner caches its own."""
+    (validate, run, to_device, input_buffers, outputs_follow_batch). Validation of what the hooks return
+    is cached per tensor signature, as the runner caches its own."""
 
     def __init__(
         self,
@@ -211,6 +211,9 @@ class HookedRunner:
 
     def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.runner.to_device(tensor)
+
+    def input_buffers(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {}  # the session reads what preprocess returns, not the client's inputs
 
     def validate(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """The client's tensors against config.pbtxt's inputs (the ONNX file's are preprocess's business)."""

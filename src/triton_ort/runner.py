@@ -19,7 +19,8 @@ padded up to the next power of two (at most max_batch_size), and the answer is t
 outputs. The padding rows are whatever the graph's input buffers hold past the run's rows: copies of the
 first run's last row (written once, at that run), or rows of earlier runs; so each is an input the model has
 taken, whatever it checks, and no copy is spent on them per run. Each row is computed as in any batch of the
-bucket's size, apart from the others; the padding rows' answers are never handed out.
+bucket's size, apart from the others; the padding rows' answers are never handed out. Gathering concatenates
+its requests straight into those buffers (`input_buffers`), so a gathered batch is copied once, not twice.
 
 A plan's buffers are handed out as the answer, and reused by the plan's next run. That is safe across
 executes: Triton's python backend has copied a response's outputs before it sends the instance its next
@@ -332,6 +333,8 @@ class IOBindingRunner:
         binding = plan.binding
         if plan.graph_inputs is not None:  # a graph replays on the addresses it was captured with
             for (name, fixed), tensor in zip(plan.graph_inputs.items(), staged, strict=True):
+                if tensor.data_ptr() == fixed.data_ptr():
+                    continue  # concatenated in place (input_buffers)
                 if rows is None or name in self.shared_inputs or rows == fixed.shape[0]:
                     fixed.copy_(tensor, non_blocking=True)
                     continue
@@ -421,6 +424,24 @@ class IOBindingRunner:
             return tensor.numpy()
         self.stats.device_to_host_copies += 1
         return tensor.cpu().numpy()
+
+    def input_buffers(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Where the next run of inputs of these shapes and dtypes (meta tensors will do) reads its batched
+        inputs, for a caller that can write them there itself: the first rows of the fixed buffers of the
+        bucket graph that run will replay. Empty when that run has no such graph yet, or its buffers hold an
+        answer of this execute (it would run as a spare). gather.py concatenates its requests into them."""
+        padding = self._batch_bucket(tensors) if self._execute else None
+        if padding is None:
+            return {}
+        rows, bucket = padding
+        plan = self._graph_plans.get(self._signature_at(tensors, bucket))
+        if plan is None or plan.graph_inputs is None or not plan.padding_written:
+            return {}
+        if plan.answered == self._execute:
+            return {}
+        return {
+            name: fixed[:rows] for name, fixed in plan.graph_inputs.items() if name not in self.shared_inputs
+        }
 
     def _plan_for(self, tensors: Mapping[str, torch.Tensor]) -> tuple[RunPlan, int | None]:
         """The signature's cached plan, made on its first run, and the rows to pad it from (None: no

@@ -25,7 +25,7 @@ from tests import graphs
 from tests.dlpack_layout import python_backend_accepts
 from tests.paths import TF32_TOLERANCE, demo_onnx
 from tests.repository import build_test_repository
-from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
+from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session, run_requests
 from triton_ort import runner as runner_module
 from triton_ort.copy_counter import cupti_counts_from_log
 from triton_ort.harness.repository import pin_one_instance, read_config, write_config
@@ -237,11 +237,8 @@ def test_graph_plans_past_the_limit_and_repeats_in_one_execute_answer_right(
     assert runner.plan_count == 3  # two captured plans and one ordinary
 
 
-@pytest.mark.parametrize("placement", ["device", "host"])
-def test_padded_graphs_answer_every_batch_size_of_their_bucket(placement: str) -> None:
-    """With batches padded (pad_graph_batches), six batch sizes take three graphs (buckets 4, 8 and 128),
-    and every run's answer, of its own rows only, is ORT's on CPU, captured or replayed."""
-    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+def padded_graph_runner(stream: torch.cuda.Stream, placement: str) -> IOBindingRunner:
+    """The demo with CUDA graphs per bucket of batch sizes, as a gathering ModelInstance sets it up."""
     where = Placement("cuda", 0, stream.cuda_stream)
     runner = IOBindingRunner(
         create_session(demo_onnx(), ModelOptions(cuda_graph=True), where),
@@ -250,6 +247,15 @@ def test_padded_graphs_answer_every_batch_size_of_their_bucket(placement: str) -
         cuda_graph=True,
     )
     assert runner.pad_graph_batches(1024)
+    return runner
+
+
+@pytest.mark.parametrize("placement", ["device", "host"])
+def test_padded_graphs_answer_every_batch_size_of_their_bucket(placement: str) -> None:
+    """With batches padded (pad_graph_batches), six batch sizes take three graphs (buckets 4, 8 and 128),
+    and every run's answer, of its own rows only, is ORT's on CPU, captured or replayed."""
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    runner = padded_graph_runner(stream, placement)
     for _ in range(4):  # captures, then replays
         for rows in (3, 4, 5, 7, 100, 128):
             runner.begin_execute()
@@ -261,6 +267,41 @@ def test_padded_graphs_answer_every_batch_size_of_their_bucket(placement: str) -
             want = cpu_reference(demo_onnx(), {"np_script_embeddings": x})["np_logits"]
             np.testing.assert_allclose(out.cpu().numpy(), want, **TF32, err_msg=f"{rows} rows")
     assert runner.plan_count == runner.graph_ids_given == 3
+
+
+@pytest.mark.parametrize("placement", ["device", "host"])
+def test_gathered_requests_are_concatenated_into_their_bucket_graphs_input_buffer(
+    placement: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the second execute of a bucket on, gathering concatenates the requests straight into that
+    bucket graph's input buffer, which the joint run then reads in place (the batch copied once, not
+    twice); on the first, the graph does not exist yet and the batch goes into a tensor of its own. Every
+    request's answer is ORT's on CPU either way."""
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    runner = padded_graph_runner(stream, placement)
+    read: list[int] = []
+    run = runner.run
+
+    def recorded_run(tensors: dict[str, torch.Tensor], validated: bool = False, fresh: bool = False) -> Any:
+        read.append(tensors["np_script_embeddings"].data_ptr())
+        return run(tensors, validated, fresh)
+
+    monkeypatch.setattr(runner, "run", recorded_run)
+    for _ in range(3):
+        runner.begin_execute()
+        requests = [{"np_script_embeddings": torch.randn(rows, 2010, device="cuda")} for rows in (3, 60, 37)]
+        with torch.cuda.stream(stream):
+            results = run_requests(runner, requests, gather=True)
+        stream.synchronize()
+        for request, result in zip(requests, results, strict=True):
+            assert isinstance(result, dict), result
+            want = cpu_reference(demo_onnx(), request)["np_logits"]
+            np.testing.assert_allclose(result["np_logits"].cpu().numpy(), want, **TF32)
+    runner.begin_execute()
+    buffer = runner.input_buffers({"np_script_embeddings": torch.empty(100, 2010, device="meta")})
+    pointer = buffer["np_script_embeddings"].data_ptr()  # the bucket of 128 rows' graph, its first rows
+    assert read[0] != pointer and read[1:] == [pointer, pointer]
+    assert runner.graph_ids_given == 1
 
 
 def test_cuda_graphs_step_aside_where_a_model_cannot_be_captured(

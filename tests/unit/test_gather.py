@@ -5,6 +5,7 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 import torch
 
 from tests import graphs
@@ -29,6 +30,40 @@ def test_compatible_requests_share_one_run_and_split_back() -> None:
     runs_before = runner.stats.ort_runs
     results = run_requests(runner, requests, gather=True)
     assert runner.stats.ort_runs - runs_before == 1
+    for result, want in zip(results, expected, strict=True):
+        assert isinstance(result, dict)
+        torch.testing.assert_close(result["np_logits"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_gathered_batch_is_concatenated_into_the_memory_the_runner_offers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the runner has fixed memory for a run's inputs (a CUDA graph's input buffers, tests/gpu), the
+    concatenation is written there and the joint run reads it: one copy of the batch, not two."""
+    runner = runner_for(demo_onnx())
+    requests = [{"np_script_embeddings": torch.randn(rows, 2010)} for rows in (1, 3, 2)]
+    expected = [alone(runner, r)["np_logits"] for r in requests]
+    offered = torch.full((8, 2010), float("nan"))
+    asked: list[dict[str, torch.Size]] = []
+    read: list[int] = []
+
+    def input_buffers(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        asked.append({name: tensor.shape for name, tensor in tensors.items()})
+        return {"np_script_embeddings": offered[:6]}
+
+    run = runner.run
+
+    def recorded_run(tensors: dict[str, torch.Tensor], validated: bool = False, fresh: bool = False) -> Any:
+        read.append(tensors["np_script_embeddings"].data_ptr())
+        return run(tensors, validated, fresh)
+
+    monkeypatch.setattr(runner, "input_buffers", input_buffers)
+    monkeypatch.setattr(runner, "run", recorded_run)
+    results = run_requests(runner, requests, gather=True)
+    assert asked == [{"np_script_embeddings": torch.Size((6, 2010))}]
+    assert read == [offered.data_ptr()]
+    torch.testing.assert_close(offered[:6], torch.cat([r["np_script_embeddings"] for r in requests]))
+    assert offered[6:].isnan().all()  # only the run's own rows written
     for result, want in zip(results, expected, strict=True):
         assert isinstance(result, dict)
         torch.testing.assert_close(result["np_logits"], want, rtol=1e-5, atol=1e-6)
