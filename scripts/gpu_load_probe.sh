@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU test host's call for issue 31's load figures (docs/benchmarks.md, "Gathering into the graph's
-# buffer"): with nothing else on the GPU, the demo as it ships against the null-kernel floor at c=1 and
-# c=16 (client.ab, interleaved rounds), the same at c=16 with the server and its stubs under CUDA MPS, and
-# the stub profiled at c=16 (client.profile_stub; py-spy from .whl/ when the host lacks it). About 4
+# buffer"): with nothing else on the GPU, the demo as it ships against the null-kernel floor (the stub
+# touching the GPU) and the null-host one (not touching it) at c=1 and c=16 (client.ab, interleaved
+# rounds), the same at c=16 with the server and its stubs under CUDA MPS, and the stub profiled at c=16 (client.profile_stub; py-spy from .whl/ when the host lacks it). About 4
 # minutes. Usage on the host, from the project root, after .gpu-wheels/device-install.sh:
 #   OUT=/tmp/gpu-out bash scripts/gpu_load_probe.sh
 set -uo pipefail
@@ -13,11 +13,11 @@ make --no-print-directory USE_HOST_PYTHON=1 host-python models > /dev/null || ex
 python3 scripts/build_models.py --bench --out bench_repository --models demo > /dev/null || exit 1
 command -v py-spy > /dev/null || python3 -m pip install -q --no-index --no-deps .whl/py_spy-*.whl
 status=0
-python3 -m client.ab --model demo --variants "" _null_kernel --concurrency 1 16 --rounds 3 --seconds 2 \
+python3 -m client.ab --model demo --variants "" _null_kernel _null_host --concurrency 1 16 --rounds 3 --seconds 2 \
   --label load --json "$OUT/ab-load-demo.json" || status=1
 if command -v nvidia-cuda-mps-control > /dev/null; then
-  python3 -m client.ab --model demo --variants "" _null_kernel --concurrency 16 --rounds 3 --seconds 2 \
-    --mps --label load-mps --json "$OUT/ab-load-demo-mps.json" || status=1
+  python3 -m client.ab --model demo --variants "" _null_kernel _null_host --concurrency 16 --rounds 3 \
+    --seconds 2 --mps --label load-mps --json "$OUT/ab-load-demo-mps.json" || status=1
 fi
 python3 -m client.profile_stub --models demo --variants "" _null_kernel --concurrency 16 --seconds 5 \
   --json "$OUT/profile-c16.json" || status=1
