@@ -9,6 +9,12 @@ on each request's input on the GPU and one synchronize per execute (as ours sync
 backend's floor for any model that computes on the GPU in the stub; 'kernel_local' the same with the kernel on
 a tensor of the stub's own, not on the input (which the stub maps from the client's CUDA-shm region for each
 request). `ours - null` for the matching output placement is then what our code adds per request.
+
+Between 'kernel' and ours, three steps of what ours does on the GPU, each adding to the one before (to tell
+which of them costs under load, client.ab): 'kernel_stream' runs the kernel on a stream of the instance's own
+(ours runs everything on one); 'cat' also concatenates the requests' inputs on it into one tensor and runs the
+kernel once on that (as gathering does); 'cat_pinned' also copies the joint answer from the device into pinned
+host memory and hands out numpy views of its rows (as ours answers host outputs).
 """
 
 import json
@@ -32,9 +38,22 @@ class TritonPythonModel:
         ]
         self.device = torch.device(f"cuda:{args['model_instance_device_id']}")
         self.scratch = torch.zeros(8, device=self.device) if self.mode == "kernel_local" else None
+        steps = ("kernel_stream", "cat", "cat_pinned")
+        self.stream = torch.cuda.Stream(self.device) if self.mode in steps else None
+        rows = int(config.get("max_batch_size", 0)) or 1
+        self.answers = (  # the joint answer's device memory and its pinned host copy, allocated once
+            [
+                (torch.zeros([rows, *dims], device=self.device), torch.zeros([rows, *dims], pin_memory=True))
+                for _, _, dims in self.outputs
+            ]
+            if self.mode == "cat_pinned"
+            else None
+        )
 
     def execute(self, requests):
         inputs = [[torch.from_dlpack(t.to_dlpack()) for t in request.inputs()] for request in requests]
+        if self.stream is not None:
+            return self._steps_of_ours(inputs)
         if self.mode == "kernel":  # one small kernel per request on its input, where it lies (the GPU)
             for tensors in inputs:
                 tensors[0][:1].sum()
@@ -58,5 +77,37 @@ class TritonPythonModel:
                     pinned = self.mode == "pinned" and torch.cuda.is_available()
                     zeros = torch.zeros([rows, *dims], dtype=torch_dtype, pin_memory=pinned)
                 tensors.append(pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(zeros)))
+            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+        return responses
+
+    def _steps_of_ours(self, inputs):
+        """'kernel_stream', 'cat', 'cat_pinned' (the module's docstring); float32 outputs."""
+        rows = [tensors[0].shape[0] for tensors in inputs]
+        with torch.cuda.stream(self.stream):
+            if self.mode == "kernel_stream":
+                for tensors in inputs:
+                    tensors[0][:1].sum()
+            else:
+                torch.cat([tensors[0] for tensors in inputs])[:1].sum()
+            pieces = None
+            if self.answers is not None:
+                total = sum(rows)
+                pieces = []
+                for device, host in self.answers:
+                    host[:total].copy_(device[:total], non_blocking=True)
+                    pieces.append(torch.split(host[:total], rows))
+            self.stream.synchronize()
+        responses = []
+        for index, count in enumerate(rows):
+            if pieces is None:
+                tensors = [
+                    pb_utils.Tensor(name, np.zeros([count, *dims], dtype))
+                    for name, dtype, dims in self.outputs
+                ]
+            else:
+                tensors = [
+                    pb_utils.Tensor(name, split[index].numpy())
+                    for (name, _, _), split in zip(self.outputs, pieces, strict=True)
+                ]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
         return responses

@@ -107,6 +107,12 @@ def bench_variants(name: str) -> dict[str, Serving]:
         f"{name}_null_kernel_local": Serving(
             NULL_MODEL_PY, instances, delay, (("null_output", "kernel_local"),)
         ),
+        # Between null-kernel and ours, ours' GPU steps one by one (client/bench_null_model.py).
+        f"{name}_null_kstream": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "kernel_stream"),)),
+        f"{name}_null_cat": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "cat"),)),
+        f"{name}_null_catpin": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "cat_pinned"),)),
+        # ORT's intra-op pool cut to one thread (GPU sessions keep ORT's default: one per core).
+        f"{name}_t1": ours(("intra_op_thread_count", "1")),
         # The simplest zero-copy model.py, and each of our library's choices switched on in it alone.
         f"{name}_plain": Serving(PLAIN_MODEL_PY, instances, delay),
         f"{name}_plain_own": Serving(PLAIN_MODEL_PY, instances, delay, (("stream", "own"),)),

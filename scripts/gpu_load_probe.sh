@@ -3,8 +3,11 @@
 # buffer"): with nothing else on the GPU, the demo as it ships against the null-kernel floor (the stub
 # touching the GPU) and the null-host one (not touching it) at c=1 and c=16 (client.ab, interleaved
 # rounds), the same at c=16 with the server and its stubs under CUDA MPS, and the stub profiled at c=16 (client.profile_stub; py-spy from .whl/ when the host lacks it). About 4
-# minutes. Usage on the host, from the project root, after .gpu-wheels/device-install.sh:
-#   OUT=/tmp/gpu-out bash scripts/gpu_load_probe.sh
+# minutes. With `steps`, instead: the demo (as it ships, without graphs, with one ORT pool thread) against
+# null-kernel and the null models that add ours' GPU steps one by one (client/bench_null_model.py: own stream,
+# concatenation, pinned answer) at c=1 and c=16, and ours, null-kernel and the last step profiled at c=16.
+# Usage on the host, from the project root, after .gpu-wheels/device-install.sh:
+#   OUT=/tmp/gpu-out bash scripts/gpu_load_probe.sh [steps]
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
@@ -13,6 +16,13 @@ make --no-print-directory USE_HOST_PYTHON=1 host-python models > /dev/null || ex
 python3 scripts/build_models.py --bench --out bench_repository --models demo > /dev/null || exit 1
 command -v py-spy > /dev/null || python3 -m pip install -q --no-index --no-deps .whl/py_spy-*.whl
 status=0
+if [ "${1:-}" = steps ]; then
+  python3 -m client.ab --model demo --variants "" _nograph _t1 _null_kernel _null_kstream _null_cat _null_catpin \
+    --concurrency 1 16 --rounds 3 --seconds 2 --label steps --json "$OUT/ab-steps-demo.json" || status=1
+  python3 -m client.profile_stub --models demo --variants "" _null_kernel _null_catpin --concurrency 16 \
+    --seconds 5 --json "$OUT/profile-steps-c16.json" || status=1
+  exit $status
+fi
 python3 -m client.ab --model demo --variants "" _null_kernel _null_host --concurrency 1 16 --rounds 3 --seconds 2 \
   --label load --json "$OUT/ab-load-demo.json" || status=1
 if command -v nvidia-cuda-mps-control > /dev/null; then
