@@ -17,6 +17,7 @@ kernel once on that (as gathering does); 'cat_pinned' also copies the joint answ
 host memory and hands out numpy views of its rows (as ours answers host outputs).
 """
 
+import contextlib
 import json
 
 import numpy as np
@@ -24,6 +25,9 @@ import torch
 import torch.utils.dlpack
 import triton_python_backend_utils as pb_utils
 
+# The modes that compute on the GPU (and synchronise once per execute), and those that answer numpy zeros.
+GPU_MODES = ("kernel", "kernel_local", "kernel_stream", "cat", "cat_pinned")
+NUMPY_ZEROS_MODES = ("host", "kernel", "kernel_local", "kernel_stream", "cat")
 NP_TYPES = {"TYPE_FP32": np.float32, "TYPE_FP16": np.float16, "TYPE_INT64": np.int64, "TYPE_INT32": np.int32}
 
 
@@ -38,6 +42,7 @@ class TritonPythonModel:
         ]
         self.device = torch.device(f"cuda:{args['model_instance_device_id']}")
         self.scratch = torch.zeros(8, device=self.device) if self.mode == "kernel_local" else None
+        # The steps between 'kernel' and ours run on a stream of the instance's own, as ours does.
         steps = ("kernel_stream", "cat", "cat_pinned")
         self.stream = torch.cuda.Stream(self.device) if self.mode in steps else None
         rows = int(config.get("max_batch_size", 0)) or 1
@@ -52,62 +57,51 @@ class TritonPythonModel:
 
     def execute(self, requests):
         inputs = [[torch.from_dlpack(t.to_dlpack()) for t in request.inputs()] for request in requests]
-        if self.stream is not None:
-            return self._steps_of_ours(inputs)
-        if self.mode == "kernel":  # one small kernel per request on its input, where it lies (the GPU)
-            for tensors in inputs:
-                tensors[0][:1].sum()
-        elif self.scratch is not None:
-            self.scratch.add_(1)  # one kernel on the stub's own memory
-        if self.mode.startswith("kernel") and torch.cuda.is_available():
-            torch.cuda.current_stream(self.device).synchronize()  # once per execute, as ours does
+        rows = [tensors[0].shape[0] for tensors in inputs]
+        on_stream = torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
+        with on_stream:
+            if self.mode in (
+                "kernel",
+                "kernel_stream",
+            ):  # one small kernel per request on its input (the GPU)
+                for tensors in inputs:
+                    tensors[0][:1].sum()
+            elif self.mode in (
+                "cat",
+                "cat_pinned",
+            ):  # once, on the requests' inputs joined (as gathering does)
+                torch.cat([tensors[0] for tensors in inputs])[:1].sum()
+            elif self.scratch is not None:
+                self.scratch.add_(1)  # one kernel on the stub's own memory
+            answers = self._pinned_answers(rows) if self.answers is not None else None
+            if self.mode in GPU_MODES and torch.cuda.is_available():
+                torch.cuda.current_stream(self.device).synchronize()  # once per execute, as ours does
         responses = []
-        for tensors_in in inputs:
-            rows = tensors_in[0].shape[0]
+        for index, count in enumerate(rows):
             tensors = []
-            for name, dtype, dims in self.outputs:
-                if self.mode in ("host", "kernel", "kernel_local"):
-                    tensors.append(pb_utils.Tensor(name, np.zeros([rows, *dims], dtype=dtype)))
+            for position, (name, dtype, dims) in enumerate(self.outputs):
+                if answers is not None:
+                    tensors.append(pb_utils.Tensor(name, answers[position][index].numpy()))
+                    continue
+                if self.mode in NUMPY_ZEROS_MODES:
+                    tensors.append(pb_utils.Tensor(name, np.zeros([count, *dims], dtype=dtype)))
                     continue
                 torch_dtype = torch.from_numpy(np.empty(0, dtype)).dtype
                 if self.mode == "device":
-                    zeros = torch.zeros([rows, *dims], dtype=torch_dtype, device=self.device)
+                    zeros = torch.zeros([count, *dims], dtype=torch_dtype, device=self.device)
                     torch.cuda.current_stream(self.device).synchronize()
                 else:
                     pinned = self.mode == "pinned" and torch.cuda.is_available()
-                    zeros = torch.zeros([rows, *dims], dtype=torch_dtype, pin_memory=pinned)
+                    zeros = torch.zeros([count, *dims], dtype=torch_dtype, pin_memory=pinned)
                 tensors.append(pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(zeros)))
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
         return responses
 
-    def _steps_of_ours(self, inputs):
-        """'kernel_stream', 'cat', 'cat_pinned' (the module's docstring); float32 outputs."""
-        rows = [tensors[0].shape[0] for tensors in inputs]
-        with torch.cuda.stream(self.stream):
-            if self.mode == "kernel_stream":
-                for tensors in inputs:
-                    tensors[0][:1].sum()
-            else:
-                torch.cat([tensors[0] for tensors in inputs])[:1].sum()
-            pieces = None
-            if self.answers is not None:
-                total = sum(rows)
-                pieces = []
-                for device, host in self.answers:
-                    host[:total].copy_(device[:total], non_blocking=True)
-                    pieces.append(torch.split(host[:total], rows))
-            self.stream.synchronize()
-        responses = []
-        for index, count in enumerate(rows):
-            if pieces is None:
-                tensors = [
-                    pb_utils.Tensor(name, np.zeros([count, *dims], dtype))
-                    for name, dtype, dims in self.outputs
-                ]
-            else:
-                tensors = [
-                    pb_utils.Tensor(name, split[index].numpy())
-                    for (name, _, _), split in zip(self.outputs, pieces, strict=True)
-                ]
-            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
-        return responses
+    def _pinned_answers(self, rows):
+        """'cat_pinned': each output's joint answer copied into pinned memory, split by request."""
+        total = sum(rows)
+        pieces = []
+        for device, host in self.answers:
+            host[:total].copy_(device[:total], non_blocking=True)
+            pieces.append(torch.split(host[:total], rows))
+        return pieces
