@@ -56,9 +56,9 @@ class Runs(Protocol):
 
     def to_device(self, tensor: torch.Tensor) -> torch.Tensor: ...
 
-    def input_buffers(self, tensors: Tensors) -> dict[str, torch.Tensor]:
-        """Where a run of inputs shaped like these reads them, for those it has fixed memory for (a CUDA
-        graph's input buffers); a concatenation may write there instead of into a new tensor."""
+    def input_buffers(self, tensors: Tensors, rows: int) -> dict[str, torch.Tensor]:
+        """Where a run of `rows` rows of inputs like these reads them, for those it has fixed memory for (a
+        CUDA graph's input buffers); a concatenation may write there instead of into a new tensor."""
         ...
 
 
@@ -166,13 +166,7 @@ def _run_gathered(runner: Runs, group: Sequence[Tensors]) -> list[Result] | None
     rows = [tensors[batched[0]].shape[0] for tensors in group]
     total = sum(rows)
     try:  # the joint inputs too may not fit (device memory): then each request runs, and fails, alone
-        shapes = {  # what the joint run's plan is chosen by: shapes and dtypes
-            name: group[0][name]
-            if name in runner.shared_inputs
-            else torch.empty((total, *t.shape[1:]), dtype=t.dtype, device="meta")
-            for name, t in group[0].items()
-        }
-        into = runner.input_buffers(shapes)
+        into = runner.input_buffers(group[0], total)
         joint = {
             name: torch.cat([runner.to_device(tensors[name]) for tensors in group], out=into.get(name))
             if name not in runner.shared_inputs

@@ -212,7 +212,7 @@ class HookedRunner:
     def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.runner.to_device(tensor)
 
-    def input_buffers(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def input_buffers(self, tensors: Mapping[str, torch.Tensor], rows: int) -> dict[str, torch.Tensor]:
         return {}  # the session reads what preprocess returns, not the client's inputs
 
     def validate(self, tensors: Mapping[str, torch.Tensor]) -> None:

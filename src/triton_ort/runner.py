@@ -51,7 +51,7 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -168,6 +168,41 @@ class RunPlan:
     """Every row of graph_inputs holds some run's input (the module's docstring, "CUDA graphs")."""
     answered: int = -1
     """The execute whose answer holds this plan's buffers."""
+    _rows_views: dict[int, RowViews] = field(default_factory=dict)
+
+    def rows_of(self, rows: int, shared_inputs: frozenset[str]) -> RowViews:
+        """The first `rows` rows of a padded plan's buffers (its batched inputs' and its outputs'), made once
+        per row count: a view costs a few µs per tensor and execute in the stub, and a gathering server sees
+        a few row counts again and again. At most ROW_VIEWS_KEPT counts per plan; past them, afresh."""
+        views = self._rows_views.get(rows)
+        if views is None:
+            views = RowViews(
+                inputs={
+                    name: fixed[:rows]
+                    for name, fixed in (self.graph_inputs or {}).items()
+                    if name not in shared_inputs
+                },
+                outputs={name: tensor[:rows] for name, tensor in self.outputs.items()},
+                host={name: tensor[:rows] for name, tensor in (self.host or {}).items()},
+            )
+            if len(self._rows_views) >= ROW_VIEWS_KEPT:
+                self._rows_views.clear()
+            self._rows_views[rows] = views
+        return views
+
+
+ROW_VIEWS_KEPT = 64
+"""Row counts whose views a padded plan keeps (RunPlan.rows_of): views are small, but rows can take any
+value up to the bucket's size."""
+
+
+@dataclass(frozen=True)
+class RowViews:
+    """A padded run's rows of its plan's buffers: where its inputs go and where its answer is."""
+
+    inputs: dict[str, torch.Tensor]
+    outputs: dict[str, torch.Tensor]
+    host: dict[str, torch.Tensor]
 
 
 class IOBindingRunner:
@@ -331,16 +366,17 @@ class IOBindingRunner:
         staged = [self.to_device(tensors[spec.name]) for spec in specs]
         plan, rows = self._plan_for(tensors)
         binding = plan.binding
+        views = plan.rows_of(rows, self.shared_inputs) if rows is not None else None
         if plan.graph_inputs is not None:  # a graph replays on the addresses it was captured with
             for (name, fixed), tensor in zip(plan.graph_inputs.items(), staged, strict=True):
                 if tensor.data_ptr() == fixed.data_ptr():
                     continue  # concatenated in place (input_buffers)
-                if rows is None or name in self.shared_inputs or rows == fixed.shape[0]:
+                if views is None or name in self.shared_inputs or rows == fixed.shape[0]:
                     fixed.copy_(tensor, non_blocking=True)
                     continue
                 if not plan.padding_written:  # once: copies of the last row (the module's docstring)
                     fixed[rows:].copy_(tensor[-1:].expand_as(fixed[rows:]), non_blocking=True)
-                fixed[:rows].copy_(tensor, non_blocking=True)
+                views.inputs[name].copy_(tensor, non_blocking=True)
             plan.padding_written = True
         if self.inputs_read_on_host and (fresh or self.stats.host_to_device_copies != staged_before):
             # ORT copies an input it needs on the CPU at bind time, with a blocking copy on the legacy
@@ -369,9 +405,8 @@ class IOBindingRunner:
         finished = time.perf_counter()
         self.stats.ort_run_seconds += finished - ran
         self.stats.ort_runs += 1
-        outputs = dict(plan.outputs)  # a dict of the caller's own: a hook may change it
-        if rows is not None:  # a padded run's answer: the first rows
-            outputs = {name: tensor[:rows] for name, tensor in outputs.items()}
+        # A dict of the caller's own (a hook may change it); a padded run's answer is the first rows.
+        outputs = dict(views.outputs if views is not None else plan.outputs)
         if plan.ort_allocated:
             produced = dict(zip((spec.name for spec in self.outputs), binding.get_outputs(), strict=True))
             outputs = {
@@ -384,11 +419,9 @@ class IOBindingRunner:
             return outputs
         answer = {}
         for name, tensor in outputs.items():
-            host = plan.host.get(name)
+            host = (views.host if views is not None else plan.host).get(name)
             if host is None:  # data-dependent size: pinned memory of this run's own
                 host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-            elif rows is not None:
-                host = host[:rows]
             host.copy_(tensor, non_blocking=True)
             answer[name] = host
         self.stats.device_to_host_copies += len(answer)
@@ -425,23 +458,20 @@ class IOBindingRunner:
         self.stats.device_to_host_copies += 1
         return tensor.cpu().numpy()
 
-    def input_buffers(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Where the next run of inputs of these shapes and dtypes (meta tensors will do) reads its batched
-        inputs, for a caller that can write them there itself: the first rows of the fixed buffers of the
-        bucket graph that run will replay. Empty when that run has no such graph yet, or its buffers hold an
-        answer of this execute (it would run as a spare). gather.py concatenates its requests into them."""
-        padding = self._batch_bucket(tensors) if self._execute else None
-        if padding is None:
+    def input_buffers(self, tensors: Mapping[str, torch.Tensor], rows: int) -> dict[str, torch.Tensor]:
+        """Where the next run of `rows` rows of inputs like these (their dtypes, and their shapes past the
+        batch axis) reads its batched inputs, for a caller that can write them there itself: the first rows
+        of the fixed buffers of the bucket graph that run will replay. Empty when that run has no such graph
+        yet, or its buffers hold an answer of this execute (it would run as a spare). gather.py concatenates
+        its requests into them."""
+        if not (self._execute and self._graph_max_rows and rows > 0):
             return {}
-        rows, bucket = padding
-        plan = self._graph_plans.get(self._signature_at(tensors, bucket))
+        plan = self._graph_plans.get(self._signature_at(tensors, graph_bucket(rows, self._graph_max_rows)))
         if plan is None or plan.graph_inputs is None or not plan.padding_written:
             return {}
         if plan.answered == self._execute:
             return {}
-        return {
-            name: fixed[:rows] for name, fixed in plan.graph_inputs.items() if name not in self.shared_inputs
-        }
+        return dict(plan.rows_of(rows, self.shared_inputs).inputs)
 
     def _plan_for(self, tensors: Mapping[str, torch.Tensor]) -> tuple[RunPlan, int | None]:
         """The signature's cached plan, made on its first run, and the rows to pad it from (None: no

@@ -44,11 +44,11 @@ def test_a_gathered_batch_is_concatenated_into_the_memory_the_runner_offers(
     requests = [{"np_script_embeddings": torch.randn(rows, 2010)} for rows in (1, 3, 2)]
     expected = [alone(runner, r)["np_logits"] for r in requests]
     offered = torch.full((8, 2010), float("nan"))
-    asked: list[dict[str, torch.Size]] = []
+    asked: list[tuple[dict[str, torch.Size], int]] = []
     read: list[int] = []
 
-    def input_buffers(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        asked.append({name: tensor.shape for name, tensor in tensors.items()})
+    def input_buffers(tensors: dict[str, torch.Tensor], rows: int) -> dict[str, torch.Tensor]:
+        asked.append(({name: tensor.shape for name, tensor in tensors.items()}, rows))
         return {"np_script_embeddings": offered[:6]}
 
     run = runner.run
@@ -60,7 +60,8 @@ def test_a_gathered_batch_is_concatenated_into_the_memory_the_runner_offers(
     monkeypatch.setattr(runner, "input_buffers", input_buffers)
     monkeypatch.setattr(runner, "run", recorded_run)
     results = run_requests(runner, requests, gather=True)
-    assert asked == [{"np_script_embeddings": torch.Size((6, 2010))}]
+    # asked by the first request's tensors (dtypes, inner axes) and the joint run's rows: no tensor made
+    assert asked == [({"np_script_embeddings": torch.Size((1, 2010))}, 6)]
     assert read == [offered.data_ptr()]
     torch.testing.assert_close(offered[:6], torch.cat([r["np_script_embeddings"] for r in requests]))
     assert offered[6:].isnan().all()  # only the run's own rows written

@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from tests import graphs
 from tests.paths import demo_onnx
 from triton_ort import IOBindingRunner, ModelInstance
-from triton_ort.runner import graph_bucket
+from triton_ort.runner import ROW_VIEWS_KEPT, RunPlan, graph_bucket
 
 
 @pytest.mark.parametrize(
@@ -79,3 +80,25 @@ def test_graphs_pad_only_gathered_batches_of_a_graph_that_keeps_rows_apart(
     for gather in ("auto", "yes"):
         assert not _instance(quantized, 8, {"gather_requests": gather}, mlp_in, mlp_out).pads_graph_batches
     assert asked == [1024]
+
+
+def test_a_padded_plans_row_views_are_made_once_per_row_count_and_bounded() -> None:
+    """RunPlan.rows_of: the first rows of a plan's graph inputs (batched ones only), outputs and pinned host
+    buffers, the same views each time a row count comes back; at most ROW_VIEWS_KEPT counts kept."""
+    x = torch.zeros(8, 3)
+    plan = RunPlan(
+        binding=None,  # rows_of reads only the buffers
+        outputs={"y": torch.zeros(8, 2)},
+        ort_allocated=(),
+        host={"y": torch.zeros(8, 2)},
+        run_options=None,
+        graph_inputs={"x": x, "scale": torch.zeros(())},
+    )
+    views = plan.rows_of(5, frozenset({"scale"}))
+    assert set(views.inputs) == {"x"}  # a shared input has no rows to take
+    assert views.inputs["x"].shape == (5, 3) and views.inputs["x"].data_ptr() == x.data_ptr()
+    assert views.outputs["y"].shape == views.host["y"].shape == (5, 2)
+    assert plan.rows_of(5, frozenset({"scale"})) is views
+    for rows in range(1, ROW_VIEWS_KEPT + 2):
+        plan.rows_of(rows, frozenset({"scale"}))
+    assert len(plan._rows_views) <= ROW_VIEWS_KEPT
