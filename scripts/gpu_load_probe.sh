@@ -6,8 +6,11 @@
 # minutes. With `steps`, instead: the demo (as it ships, without graphs, with one ORT pool thread) against
 # null-kernel and the null models that add ours' GPU steps one by one (client/bench_null_model.py: own stream,
 # concatenation, pinned answer) at c=1 and c=16, and ours, null-kernel and the last step profiled at c=16.
+# With `floors`: the demo against null-kernel at c=1 and c=16, the stub profiled at c=16, and beside them
+# the in-process anchors of the same run (client.bench_graphs: ours' lone request and null kernel's, with
+# and without 1 ms of GPU idle between executes), about 4 minutes.
 # Usage on the host, from the project root, after .gpu-wheels/device-install.sh:
-#   OUT=/tmp/gpu-out bash scripts/gpu_load_probe.sh [steps]
+#   OUT=/tmp/gpu-out bash scripts/gpu_load_probe.sh [steps|floors]
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
@@ -21,6 +24,15 @@ if [ "${1:-}" = steps ]; then
     --concurrency 1 16 --rounds 3 --seconds 2 --label steps --json "$OUT/ab-steps-demo.json" || status=1
   python3 -m client.profile_stub --models demo --variants "" _null_kernel _null_catpin --concurrency 16 \
     --seconds 5 --json "$OUT/profile-steps-c16.json" || status=1
+  exit $status
+fi
+if [ "${1:-}" = floors ]; then
+  python3 -m client.bench_graphs --executes 1000 --idle-ms 1 --json "$OUT/graphs-idle.json" || status=1
+  python3 -m client.bench_graphs --json "$OUT/graphs.json" || status=1
+  python3 -m client.ab --model demo --variants "" _null_kernel --concurrency 1 16 --rounds 3 --seconds 2 \
+    --label floors --json "$OUT/ab-floors-demo.json" || status=1
+  python3 -m client.profile_stub --models demo --variants "" _null_kernel --concurrency 16 --seconds 5 \
+    --json "$OUT/profile-floors-c16.json" || status=1
   exit $status
 fi
 python3 -m client.ab --model demo --variants "" _null_kernel _null_host --concurrency 1 16 --rounds 3 --seconds 2 \
