@@ -7,9 +7,11 @@ tritonserver, CUDA-shared-memory inputs reach model.py on the GPU with no host c
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import shutil
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -54,6 +56,16 @@ def cuda_runner(path: Path, stream: torch.cuda.Stream) -> IOBindingRunner:
     )
 
 
+@contextlib.contextmanager
+def on_stream(stream: torch.cuda.Stream) -> Iterator[None]:
+    """Run on `stream` after what the test queued on the default stream: the tests make their inputs there,
+    and Triton hands model.py inputs that are complete, so a run's reads must not overtake their making.
+    (A graph's input copy on `stream` once read the previous inputs under load, 2026-12-03.)"""
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        yield
+
+
 def cpu_reference(path: Path, inputs: dict[str, torch.Tensor]) -> dict[str, NDArray[Any]]:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
@@ -72,7 +84,7 @@ def test_cuda_inputs_are_bound_without_host_copies_and_outputs_stay_on_gpu() -> 
     runner = cuda_runner(demo_onnx(), stream)
     assert runner.session.get_providers()[0] == "CUDAExecutionProvider"
     x = torch.randn(100, 2010, device="cuda")
-    with torch.cuda.stream(stream):
+    with on_stream(stream):
         runner.run({"np_script_embeddings": x})  # warm-up: cuBLAS handles, arena
         copies = host_device_copies(lambda: runner.run({"np_script_embeddings": x}))
         out = runner.run({"np_script_embeddings": x})["np_logits"]
@@ -86,7 +98,7 @@ def test_cuda_inputs_are_bound_without_host_copies_and_outputs_stay_on_gpu() -> 
 def test_cpu_input_for_a_gpu_session_costs_exactly_one_host_to_device_copy() -> None:
     stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     runner = cuda_runner(demo_onnx(), stream)
-    with torch.cuda.stream(stream):
+    with on_stream(stream):
         out = runner.run({"np_script_embeddings": torch.randn(4, 2010)})["np_logits"]
     stream.synchronize()
     assert runner.stats.host_to_device_copies == 1
@@ -101,7 +113,7 @@ def test_several_dtypes_and_a_data_dependent_shape_on_gpu(tmp_path: Path) -> Non
         "c": torch.rand(5, 2, device="cuda") > 0.5,
     }
     path = graphs.multi_io(tmp_path / "m.onnx")
-    with torch.cuda.stream(stream):
+    with on_stream(stream):
         got = cuda_runner(path, stream).run(inputs)
     stream.synchronize()
     for name, want in cpu_reference(path, inputs).items():
@@ -109,7 +121,7 @@ def test_several_dtypes_and_a_data_dependent_shape_on_gpu(tmp_path: Path) -> Non
         np.testing.assert_array_equal(got[name].cpu().numpy(), want)
     nz_path = graphs.nonzero(tmp_path / "nz.onnx")
     x = torch.tensor([[0.0, 1.0, 0.0, 2.0]], device="cuda")
-    with torch.cuda.stream(stream):
+    with on_stream(stream):
         indices = cuda_runner(nz_path, stream).run({"x": x})["indices"]
     stream.synchronize()
     assert indices.device.type == "cuda"
@@ -127,7 +139,7 @@ def test_a_run_waits_for_fresh_inputs_only_where_ort_reads_one_on_the_host(tmp_p
     big = torch.randn(4096, 4096, device="cuda")
     for _ in range(3):
         runner.begin_execute()
-        with torch.cuda.stream(stream):
+        with on_stream(stream):
             (big @ big).sum()  # keeps the stream busy while the shape below is made behind it
             shape = torch.tensor([3, 4], device="cuda") * torch.ones(2, dtype=torch.int64, device="cuda")
             x = torch.arange(12.0, device="cuda").reshape(2, 6)
@@ -159,7 +171,7 @@ def test_output_placement_costs_one_device_to_host_copy_exactly_when_outputs_go_
         runner.begin_execute()
         return runner.run({"np_script_embeddings": x})
 
-    with torch.cuda.stream(stream):
+    with on_stream(stream):
         served_run()  # warm-up: makes the signature's plan
         copies = host_device_copies(served_run)
         binds_before = runner.stats.binds
@@ -181,7 +193,7 @@ def test_host_outputs_of_several_runs_in_one_execute_stay_intact_until_the_next_
     wants = [cpu_reference(demo_onnx(), {"np_script_embeddings": x})["np_logits"] for x in xs]
     for _ in range(2):  # the second execute reuses the pinned buffer the first one grew
         runner.begin_execute()
-        with torch.cuda.stream(stream):
+        with on_stream(stream):
             outs = [runner.run({"np_script_embeddings": x})["np_logits"] for x in xs]
         stream.synchronize()
         for out, want in zip(outs, wants, strict=True):
@@ -204,7 +216,7 @@ def test_cuda_graphs_replay_right_answers_for_each_shape(placement: str) -> None
         for rows, x in xs.items():
             runner.begin_execute()
             fresh = x + torch.randn_like(x)  # new values at a new address each time
-            with torch.cuda.stream(stream):
+            with on_stream(stream):
                 out = runner.run({"np_script_embeddings": fresh})["np_logits"]
             stream.synchronize()
             want = cpu_reference(demo_onnx(), {"np_script_embeddings": fresh})["np_logits"]
@@ -228,7 +240,7 @@ def test_graph_plans_past_the_limit_and_repeats_in_one_execute_answer_right(
         answers = []
         for rows in (4, 8, 16, 4):  # 16 is past the limit; 4 repeats within the execute
             x = torch.randn(rows, 2010, device="cuda")
-            with torch.cuda.stream(stream):
+            with on_stream(stream):
                 answers.append((x, runner.run({"np_script_embeddings": x})["np_logits"]))
         stream.synchronize()
         for x, out in answers:
@@ -262,7 +274,7 @@ def test_padded_graphs_answer_every_batch_size_of_their_bucket(placement: str) -
         for rows in (3, 4, 5, 7, 100, 128):
             runner.begin_execute()
             x = torch.randn(rows, 2010, device="cuda")  # new values at a new address each time
-            with torch.cuda.stream(stream):
+            with on_stream(stream):
                 out = runner.run({"np_script_embeddings": x})["np_logits"]
             stream.synchronize()
             assert out.shape == (rows, 2)
@@ -295,7 +307,7 @@ def test_gathered_requests_are_concatenated_into_their_bucket_graphs_input_buffe
     for _ in range(3):
         runner.begin_execute()
         requests = [{"np_script_embeddings": torch.randn(rows, 2010, device="cuda")} for rows in (3, 60, 37)]
-        with torch.cuda.stream(stream):
+        with on_stream(stream):
             results = run_requests(runner, requests, gather=True)
         stream.synchronize()
         for request, result in zip(requests, results, strict=True):
@@ -333,7 +345,7 @@ def test_cuda_graphs_step_aside_where_a_model_cannot_be_captured(
     x = torch.tensor([[-1.0, 2.0], [3.0, -4.0]], device="cuda")
     for _ in range(3):
         runner.begin_execute()
-        with torch.cuda.stream(stream):
+        with on_stream(stream):
             got = runner.run({"x": x})["y"]
         stream.synchronize()
         assert got.cpu().tolist() == [[0.0, 2.0], [4.0, 0.0]]  # relu((relu(x) - 1) * 2)
@@ -505,7 +517,7 @@ def test_empty_outputs_on_the_gpu_are_empty_answers_the_python_backend_accepts(
             create_session(path, ModelOptions(), placement), placement, output_placement=OutputPlacement(mode)
         )
         runner.begin_execute()
-        with torch.cuda.stream(stream):
+        with on_stream(stream):
             got = runner.run(inputs)[name]
         stream.synchronize()
         assert tuple(got.shape) == shape == cpu_reference(path, inputs)[name].shape
