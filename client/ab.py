@@ -50,7 +50,9 @@ def run_rounds(args: argparse.Namespace) -> dict[str, dict[str, list[dict[str, A
             order = served[round_ % len(served) :] + served[: round_ % len(served)]
             for name in order:
                 for concurrency in args.concurrency:
-                    point = measure_point(server.grpc_url, name, work, concurrency, args)
+                    point = measure_point(
+                        server.grpc_url, name, work, concurrency, args, args.repository / name
+                    )
                     points[name].setdefault(str(concurrency), []).append(point)
                     print(
                         f"round {round_ + 1} {name} c={concurrency}: p50 {point['p50_us']:.0f} us, "
@@ -62,7 +64,12 @@ def run_rounds(args: argparse.Namespace) -> dict[str, dict[str, list[dict[str, A
 
 
 def summary(points: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
+    """One row per variant and concurrency; `_timed` variants add their stub clock (µs per execute, mean of
+    the rounds): inside execute() and outside it (the rest of compute_infer)."""
     header = ["served", "c", "p50 us (median)", "p50 spread", "req/s (median)", *STAGES, "req/exec"]
+    timed = any("stub_clock" in r for rounds in points.values() for rs in rounds.values() for r in rs)
+    if timed:
+        header += ["execute us", "outside us"]
     rows = []
     for name, by_concurrency in points.items():
         for concurrency, rounds in by_concurrency.items():
@@ -81,6 +88,12 @@ def summary(points: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
                     f"{per_execute:.1f}",
                 ]
             )
+            if timed:
+                clocks = [r["stub_clock"] for r in rounds if "stub_clock" in r]
+                rows[-1] += [
+                    f"{statistics.mean(c[key] for c in clocks):.0f}" if clocks else "-"
+                    for key in ("execute_us", "outside_us")
+                ]
     return aligned(header, rows, numbers=range(1, len(header)))
 
 

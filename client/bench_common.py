@@ -1,6 +1,7 @@
 """What the benchmarks share (bench, ab, profile_stub, bench_hooks, bench_gather, bench_instances,
-bench_memory, bench_many_models, bench_graphs): the models' batch sizes, the served-model harness, the
-one-client load loop, memory readings, the host description, tables and JSON reports.
+bench_memory, bench_many_models, bench_graphs, stub_clock): the models' batch sizes, the served-model harness,
+the one-client load loop, the `_timed` variants' stub clocks, memory readings, the host description, tables
+and JSON reports.
 The siblings import from here, never from each other or from scripts/."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import platform
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,17 +83,66 @@ def check_answer(served: str, work: Workload, ask: Callable[[], dict[str, Any]])
         raise SystemExit(f"{served}: WRONG ANSWER: {problems}")
 
 
+# A `_timed` variant's stub clock, as client/bench_timed_model.py writes it (a benchmark model.py, copied into
+# the repository, so it shares no module with this one; tests/unit/test_stub_clock.py holds the two together).
+FILE_PREFIX = "execute-clock-"
+HEADER_BYTES = 64
+RING = 1 << 16
+
+
+@dataclass(frozen=True)
+class StubClock:
+    """One stub's clock file: its totals and the executes still in its ring, (start, end, requests)."""
+
+    executes: int
+    requests: int
+    inside_ns: int
+    entries: np.ndarray[Any, np.dtype[np.int64]]
+
+    @classmethod
+    def read(cls, path: Path) -> StubClock:
+        raw = np.fromfile(path, dtype="<i8")
+        executes, requests, inside_ns = (int(v) for v in raw[:3])
+        ring = raw[HEADER_BYTES // 8 :].reshape(RING, 3)
+        kept = min(executes, RING)
+        order = np.arange(executes - kept, executes) % RING  # oldest first
+        return cls(executes, requests, inside_ns, ring[order])
+
+
+def read_clocks(model_dir: Path) -> dict[str, StubClock]:
+    """The clock of every stub serving a model (its folder in the repository), by file name."""
+    return {path.name: StubClock.read(path) for path in sorted(model_dir.glob(f"{FILE_PREFIX}*.bin"))}
+
+
+def clock_between(before: dict[str, StubClock], after: dict[str, StubClock]) -> dict[str, float]:
+    """Executes and µs inside execute() per execute, summed over the stubs, between two readings."""
+    executes = inside = 0
+    for name, now in after.items():
+        then = before.get(name)
+        executes += now.executes - (then.executes if then else 0)
+        inside += now.inside_ns - (then.inside_ns if then else 0)
+    return {"executes": executes, "execute_us": inside / executes / 1e3 if executes else 0.0}
+
+
 def measure_point(
-    url: str, served: str, work: Workload, concurrency: int, args: argparse.Namespace
+    url: str,
+    served: str,
+    work: Workload,
+    concurrency: int,
+    args: argparse.Namespace,
+    model_dir: Path | None = None,
 ) -> dict[str, Any]:
     """One served point after an answer check (null models answer zeros: not checked): p50, rate, Triton's
     stages and requests per execute over `args.seconds`, at concurrency 1 from this process and above it
-    from `args.client_processes` load processes (client.load)."""
+    from `args.client_processes` load processes (client.load). A `_timed` variant's stubs (the model's
+    folder, `model_dir`) add `stub_clock`: µs per execute inside execute() by their clock, compute_infer
+    per execute, and `outside`, the difference."""
     client = grpcclient.InferenceServerClient(url)
     transport = transport_for_ours()
     with request_workers(client, served, transport, work, 1) as (workers, ask):
         check_answer(served, work, ask)
         before = ModelStatistics.read(client, served)
+        clocks = read_clocks(model_dir) if model_dir else {}
         if concurrency == 1:
             timing = argparse.Namespace(warmup=args.warmup, duration=args.seconds, min_requests=20)
             latencies, wall = sync_load(client, served, workers[0], timing)
@@ -102,12 +153,18 @@ def measure_point(
         )
     after = ModelStatistics.read(client, served)
     executes = after.executions - before.executions
-    return {
+    point = {
         "p50_us": float(np.percentile(np.array(latencies) * 1e6, 50)),
         "requests_per_s": rate,
         "stages_us": after.stage_us(before),
         "requests_per_execute": (after.requests - before.requests) / max(executes, 1),
     }
+    if clocks and model_dir:
+        clock = clock_between(clocks, read_clocks(model_dir))
+        compute = (after.execute_compute_infer_ns - before.execute_compute_infer_ns) / max(executes, 1) / 1e3
+        clock |= {"compute_infer_us": compute, "outside_us": compute - clock["execute_us"]}
+        point["stub_clock"] = clock
+    return point
 
 
 def device_used_mib() -> float | None:
@@ -151,16 +208,19 @@ def transport_for_ours() -> str:
     return "cuda-shm" if torch.cuda.is_available() else "numpy"
 
 
-def serving(repository: Path, models: list[str], **kwargs: Any) -> contextlib.AbstractContextManager[Any]:
-    """Our tritonserver with only `models` loaded (the repository also holds the sweep's variants).
-    2 GiB of CUDA pool: 16 requests of the 4096-wide MLP carry 16 MiB in and out each."""
+def serving(
+    repository: Path, models: list[str], extra_args: Sequence[str] = (), **kwargs: Any
+) -> contextlib.AbstractContextManager[Any]:
+    """Our tritonserver with only `models` loaded (the repository also holds the sweep's variants), and
+    `extra_args` for tritonserver. 2 GiB of CUDA pool: 16 requests of the 4096-wide MLP carry 16 MiB in and
+    out each."""
     from triton_ort.harness.server import LocalTritonServer
 
     loads = [f"--load-model={name}" for name in models]
     return LocalTritonServer(
         repository,
         cuda_memory_pool_bytes=2 << 30,
-        extra_args=["--model-control-mode=explicit", *loads],
+        extra_args=["--model-control-mode=explicit", *loads, *extra_args],
         startup_timeout_s=600,
         **kwargs,
     )

@@ -14,20 +14,28 @@ Between 'kernel' and ours, three steps of what ours does on the GPU, each adding
 which of them costs under load, client.ab): 'kernel_stream' runs the kernel on a stream of the instance's own
 (ours runs everything on one); 'cat' also concatenates the requests' inputs on it into one tensor and runs the
 kernel once on that (as gathering does); 'cat_pinned' also copies the joint answer from the device into pinned
-host memory and hands out numpy views of its rows (as ours answers host outputs).
+host memory and hands out numpy views of its rows (as ours answers host outputs). 'cat_pinned_ort' is
+'cat_pinned' in a stub that also holds ours' ONNX Runtime session of the model (the library's runner, CUDA
+graphs per bucket on the same stream, each bucket's graph captured at load) and never runs it: what the
+session's presence alone costs the stub around execute().
 """
 
 import contextlib
 import json
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.utils.dlpack
 import triton_python_backend_utils as pb_utils
 
-# The modes that compute on the GPU (and synchronise once per execute), and those that answer numpy zeros.
-GPU_MODES = ("kernel", "kernel_local", "kernel_stream", "cat", "cat_pinned")
+# The modes that compute on the GPU (and synchronise once per execute), those that answer numpy zeros, those
+# on a stream of the instance's own, those that concatenate the batch and those that answer pinned views.
+GPU_MODES = ("kernel", "kernel_local", "kernel_stream", "cat", "cat_pinned", "cat_pinned_ort")
 NUMPY_ZEROS_MODES = ("host", "kernel", "kernel_local", "kernel_stream", "cat")
+STREAM_MODES = ("kernel_stream", "cat", "cat_pinned", "cat_pinned_ort")
+CAT_MODES = ("cat", "cat_pinned", "cat_pinned_ort")
+PINNED_MODES = ("cat_pinned", "cat_pinned_ort")
 NP_TYPES = {"TYPE_FP32": np.float32, "TYPE_FP16": np.float16, "TYPE_INT64": np.int64, "TYPE_INT32": np.int32}
 
 
@@ -43,17 +51,19 @@ class TritonPythonModel:
         self.device = torch.device(f"cuda:{args['model_instance_device_id']}")
         self.scratch = torch.zeros(8, device=self.device) if self.mode == "kernel_local" else None
         # The steps between 'kernel' and ours run on a stream of the instance's own, as ours does.
-        steps = ("kernel_stream", "cat", "cat_pinned")
-        self.stream = torch.cuda.Stream(self.device) if self.mode in steps else None
+        self.stream = torch.cuda.Stream(self.device) if self.mode in STREAM_MODES else None
         rows = int(config.get("max_batch_size", 0)) or 1
         self.answers = (  # the joint answer's device memory and its pinned host copy, allocated once
             [
                 (torch.zeros([rows, *dims], device=self.device), torch.zeros([rows, *dims], pin_memory=True))
                 for _, _, dims in self.outputs
             ]
-            if self.mode == "cat_pinned"
+            if self.mode in PINNED_MODES
             else None
         )
+        if self.mode == "cat_pinned_ort":
+            onnx_path = Path(args["model_repository"]) / args["model_version"] / "model.onnx"
+            self.unused_session = _captured_runner(onnx_path, self.device, self.stream, rows)
 
     def execute(self, requests):
         inputs = [[torch.from_dlpack(t.to_dlpack()) for t in request.inputs()] for request in requests]
@@ -66,10 +76,7 @@ class TritonPythonModel:
             ):  # one small kernel per request on its input (the GPU)
                 for tensors in inputs:
                     tensors[0][:1].sum()
-            elif self.mode in (
-                "cat",
-                "cat_pinned",
-            ):  # once, on the requests' inputs joined (as gathering does)
+            elif self.mode in CAT_MODES:  # once, on the requests' inputs joined (as gathering does)
                 torch.cat([tensors[0] for tensors in inputs])[:1].sum()
             elif self.scratch is not None:
                 self.scratch.add_(1)  # one kernel on the stub's own memory
@@ -105,3 +112,26 @@ class TritonPythonModel:
             host[:total].copy_(device[:total], non_blocking=True)
             pieces.append(torch.split(host[:total], rows))
         return pieces
+
+
+def _captured_runner(onnx_path, device, stream, max_rows):
+    """'cat_pinned_ort': ours' runner of the model as the demo ships it (CUDA graphs per bucket, on the
+    instance's stream), each bucket's graph captured now; the model never runs it afterwards."""
+    from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
+
+    where = Placement("cuda", device.index or 0, stream.cuda_stream)
+    runner = IOBindingRunner(
+        create_session(onnx_path, ModelOptions(cuda_graph=True), where), where, cuda_graph=True
+    )
+    runner.pad_graph_batches(max_rows)
+    spec = runner.inputs[0]
+    inner = [int(d) for d in spec.shape[1:]]
+    with torch.cuda.stream(stream):
+        bucket = 1
+        while bucket <= max_rows:
+            for _ in range(2):  # the first run of a shape warms up, the second captures
+                runner.begin_execute()
+                runner.run({spec.name: torch.zeros(bucket, *inner, device=device)})
+            bucket *= 2
+    stream.synchronize()
+    return runner

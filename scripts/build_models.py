@@ -14,6 +14,7 @@ instance counts and queue delays of the sweep (`<name>_i<count>_d<microseconds>`
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import warnings
@@ -56,6 +57,7 @@ ZERO_COPY_MODEL_PY = ROOT / "model_repository" / "demo" / "1" / "model.py"
 NAIVE_MODEL_PY = ROOT / "client" / "bench_naive_model.py"
 NULL_MODEL_PY = ROOT / "client" / "bench_null_model.py"
 PLAIN_MODEL_PY = ROOT / "client" / "bench_plain_model.py"
+TIMED_MODEL_PY = ROOT / "client" / "bench_timed_model.py"
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class Serving:
     instances: int = 1
     queue_delay_us: int = 0
     parameters: tuple[tuple[str, str], ...] = ()
+    timed: bool = False
+    """Served through client/bench_timed_model.py: each execute() timed inside the stub, by the clock."""
 
 
 # The configuration each benchmarked model ships with (instances, queue delay), chosen by the sweep
@@ -122,6 +126,20 @@ def bench_variants(name: str) -> dict[str, Serving]:
             PLAIN_MODEL_PY, instances, delay, (("stream", "own"), ("ort_sync", "off"), ("output", "pinned"))
         ),
     }
+    # Each execute() timed inside the stub, by the clock (client.stub_clock, client.ab's `stub_clock`): ours,
+    # its floors, and null-catpin with ours' ORT session built and captured but never run per request.
+    timed = (
+        name,
+        f"{name}_null_host",
+        f"{name}_null_kernel",
+        f"{name}_null_catpin",
+        f"{name}_null_catpin_ort",
+    )
+    variants[f"{name}_null_catpin_ort"] = Serving(
+        NULL_MODEL_PY, instances, delay, (("null_output", "cat_pinned_ort"),)
+    )
+    for base in timed:
+        variants[f"{base}_timed"] = dataclasses.replace(variants[base], timed=True)
     for count, queue_delay in SWEEP:
         variants[f"{name}_i{count}_d{queue_delay}"] = ours(count=count, queue_delay=queue_delay)
     return variants
@@ -185,7 +203,11 @@ def write_bench_models(
     for served_name, serving in bench_variants(name).items():
         version = out / served_name / "1"
         version.mkdir(parents=True, exist_ok=True)
-        shutil.copy(serving.model_py, version / "model.py")
+        if serving.timed:
+            shutil.copy(TIMED_MODEL_PY, version / "model.py")
+            shutil.copy(serving.model_py, version / "timed_inner.py")
+        else:
+            shutil.copy(serving.model_py, version / "model.py")
         if served_name != name:  # every variant shares the one ONNX file
             (version / "model.onnx").unlink(missing_ok=True)
             os.link(onnx_path, version / "model.onnx")  # a hard link: the 4096-wide MLP is 268 MB

@@ -249,6 +249,9 @@ class ModelStatistics:
     requests: int
     batches: dict[int, int]
     stages: dict[str, tuple[int, int]]
+    execute_compute_infer_ns: int = 0
+    """compute_infer summed over executions (the batch statistics: one entry per execute, where the stages
+    count one per request)."""
 
     @classmethod
     def read(cls, client: Any, model: str) -> ModelStatistics:
@@ -267,6 +270,7 @@ class ModelStatistics:
                 int(b["batch_size"]): int(b["compute_infer"].get("count", 0)) for b in entry["batch_stats"]
             },
             stages={s: (int(stats[s].get("count", 0)), int(stats[s].get("ns", 0))) for s in STAGES},
+            execute_compute_infer_ns=sum(int(b["compute_infer"].get("ns", 0)) for b in entry["batch_stats"]),
         )
 
     def new_batches(self, before: ModelStatistics) -> dict[int, int]:

@@ -1,0 +1,126 @@
+"""The `_timed` benchmark variants' stub clock (client/bench_timed_model.py) read back by client.bench_common,
+and client.stub_clock's matching of a stub's executes to Triton's compute windows."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import time
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+from client.bench_common import FILE_PREFIX, HEADER_BYTES, RING, StubClock, clock_between, read_clocks
+from client.stub_clock import compute_windows, split_executes
+from tests.paths import ROOT
+
+INNER = """
+import time
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.finalized = False
+
+    def execute(self, requests):
+        time.sleep(0.002)
+        return [None for _ in requests]
+
+    def finalize(self):
+        self.finalized = True
+"""
+
+
+def timed_model(folder: Path) -> ModuleType:
+    """A timed variant's model.py as the stub loads it: the wrapper, its inner model.py beside it."""
+    version = folder / "1"
+    version.mkdir(parents=True)
+    shutil.copy(ROOT / "client" / "bench_timed_model.py", version / "model.py")
+    (version / "timed_inner.py").write_text(INNER)
+    spec = importlib.util.spec_from_file_location("timed_model_under_test", version / "model.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_execute_is_timed_in_the_stubs_clock_file_and_read_back(tmp_path: Path) -> None:
+    module = timed_model(tmp_path / "m")
+    model = module.TritonPythonModel()
+    model.initialize({"model_repository": str(tmp_path / "m"), "model_version": "1"})
+    # the layout the reader expects is the one the writer uses
+    assert (module.FILE_PREFIX, module.HEADER_BYTES, module.RING) == (FILE_PREFIX, HEADER_BYTES, RING)
+    before = read_clocks(tmp_path / "m")
+    since = time.monotonic_ns()
+    answers = [model.execute(["a"] * n) for n in (1, 3, 2)]
+    until = time.monotonic_ns()
+    assert [len(a) for a in answers] == [1, 3, 2]  # the inner model's answers, untouched
+    model.finalize()
+    assert model.finalized
+    after = read_clocks(tmp_path / "m")
+    (clock,) = after.values()
+    assert (clock.executes, clock.requests) == (3, 6)
+    starts, ends, requests = clock.entries.T
+    assert requests.tolist() == [1, 3, 2]
+    assert since <= starts[0] and ends[-1] <= until and (starts[1:] >= ends[:-1]).all()
+    assert ((ends - starts) >= 2_000_000).all()  # each execute's 2 ms sleep, on CLOCK_MONOTONIC
+    assert clock.inside_ns == int((ends - starts).sum())
+    between = clock_between(before, after)
+    assert between["executes"] == 3
+    assert between["execute_us"] == clock.inside_ns / 3 / 1e3
+
+
+def test_a_full_ring_is_read_oldest_first(tmp_path: Path) -> None:
+    executes = RING + 2
+    raw = np.zeros(HEADER_BYTES // 8 + RING * 3, dtype="<i8")
+    raw[:3] = (executes, executes, 0)
+    ring = raw[HEADER_BYTES // 8 :].reshape(RING, 3)
+    for number in range(executes):  # what the writer leaves: execute k in slot k % RING
+        ring[number % RING] = (number, number + 1, 1)
+    path = tmp_path / f"{FILE_PREFIX}1.bin"
+    raw.tofile(path)
+    entries = StubClock.read(path).entries
+    assert len(entries) == RING
+    assert entries[0].tolist() == [2, 3, 1] and entries[-1].tolist() == [executes - 1, executes, 1]
+
+
+def trace_of(model: str, windows: list[tuple[int, int, int]], first_id: int = 1) -> list[dict[str, object]]:
+    """Triton's trace file of requests in these compute windows (start, end, requests of the execute)."""
+    trace: list[dict[str, object]] = []
+    next_id = first_id
+    for start, end, requests in windows:
+        for _ in range(requests):
+            trace.append({"id": next_id, "model_name": model, "model_version": 1})
+            trace.append(
+                {
+                    "id": next_id,
+                    "timestamps": [
+                        {"name": "COMPUTE_START", "ns": start - 50},
+                        {"name": "COMPUTE_INPUT_END", "ns": start},
+                        {"name": "COMPUTE_OUTPUT_START", "ns": end},
+                        {"name": "COMPUTE_END", "ns": end + 50},
+                    ],
+                }
+            )
+            next_id += 1
+    return trace
+
+
+def test_executes_are_matched_to_the_tightest_compute_window_with_their_requests() -> None:
+    # Two instances: B's window (2 requests) holds A's second execute (1 request) too.
+    windows = [(1_000, 5_000, 1), (10_000, 20_000, 1), (9_000, 30_000, 2)]
+    trace = trace_of("m", windows) + trace_of("other", [(1_000, 5_000, 4)], first_id=100)
+    assert compute_windows(trace, "m") == sorted(windows)
+    entries = np.array([[1_400, 4_000, 1], [11_000, 19_000, 1], [10_000, 29_000, 2], [50_000, 60_000, 1]])
+    split = split_executes(compute_windows(trace, "m"), entries, 0, 40_000)  # the last one is outside
+    assert (split["matched"], split["unmatched"]) == (3, 0)
+    assert split["before_mean_us"] == (0.4 + 1.0 + 1.0) / 3
+    assert split["execute_mean_us"] == (2.6 + 8.0 + 19.0) / 3
+    assert split["after_mean_us"] == (1.0 + 1.0 + 1.0) / 3
+    assert split["compute_infer_median_us"] == 10.0
+
+
+def test_an_execute_without_a_window_of_its_requests_is_counted_unmatched() -> None:
+    windows = compute_windows(trace_of("m", [(1_000, 5_000, 2)]), "m")
+    split = split_executes(windows, np.array([[1_400, 4_000, 1]]), 0, 10_000)
+    assert (split["matched"], split["unmatched"]) == (0, 1)
