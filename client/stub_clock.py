@@ -1,6 +1,6 @@
 """Where a served execute's compute_infer goes, by the clock: before execute(), inside it, after it.
 
-    python -m client.stub_clock --model demo --variants _timed _null_kernel_timed --concurrency 1 16
+    python -m client.stub_clock --model demo --variants _timed _null_kernel_timed [--steps]
 
 Triton's compute_infer of a python-backend model runs from the server sending the requests to the stub
 until the stub's answer arrives (python_backend r24.10, ModelInstanceState::ProcessRequests). The `_timed`
@@ -18,7 +18,13 @@ sets to the start and end of compute_infer. Matched execute by execute, µs per 
 An execute's requests and responses are dropped after the answer is sent (a GPU input's CUDA IPC handle is
 closed then), so that work is in no compute_infer; at concurrency above 1 it can delay the next execute's
 `before`. client.ab reports the untraced whole of it (compute_infer less execute, per execute) for the
-same variants (measure_point's `stub_clock`).
+same variants (measure_point's `stub_clock`), at any concurrency: tracing every request is for low rates
+only (Triton 2.51 crashed under it at concurrency 16 on the GPU host, as server issue #7795 reports).
+
+With --steps the server runs with TRITON_ORT_LOG_LEVEL=DEBUG, and ours' variants add the library's own
+timers per execute (the `execute stats` records logged during the point, mean µs): read_inputs, the infer
+(its stream_sync, ORT's run, binding, the host copies, the metrics) and responses. A debug line per
+execute costs a little itself; compare ours with ours, not with the null models, in such a run.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from client.bench_common import (
 )
 from client.load import Workload
 from triton_ort.harness.server import exit_on_termination
+from triton_ort.stats import ExecuteStats
 
 SLACK_NS = 20_000_000
 """An execute is matched to a compute window at most this much longer than itself (20 ms)."""
@@ -102,6 +109,17 @@ def split_executes(
     return split
 
 
+def mean_steps(records: list[ExecuteStats]) -> dict[str, float]:
+    """The library's timers (µs) averaged over an execute's records; {} for a model that logs none."""
+    steps: dict[str, list[float]] = defaultdict(list)
+    for record in records:
+        for step, us in record.steps_us.items():
+            steps[step].append(us)
+    return {step: statistics.fmean(values) for step, values in steps.items()} | (
+        {"records": float(len(records))} if records else {}
+    )
+
+
 def read_trace(folder: Path) -> list[dict[str, Any]]:
     """Every trace file Triton wrote (trace.json and, with a log frequency, trace.json.<n>)."""
     entries: list[dict[str, Any]] = []
@@ -122,12 +140,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "--trace-config=rate=1",
         "--trace-config=level=TIMESTAMPS",
     ]
+    if args.no_trace:
+        trace_args = []
     windows: list[tuple[str, int, int, int, dict[str, Any]]] = []
-    with serving(args.repository, served, extra_args=trace_args) as server:
+    env = {"TRITON_ORT_LOG_LEVEL": "DEBUG"} if args.steps else {}
+    with serving(
+        args.repository, served, extra_args=trace_args, log_verbose=int(args.steps), env=env
+    ) as server:
         for name in served:
             for concurrency in args.concurrency:
+                logged = len(ExecuteStats.from_log(server.log())) if args.steps else 0
                 since = time.monotonic_ns()
                 point = measure_point(server.grpc_url, name, work, concurrency, args, args.repository / name)
+                if args.steps:
+                    point["steps_us"] = mean_steps(ExecuteStats.from_log(server.log())[logged:])
                 windows.append((name, concurrency, since, time.monotonic_ns(), point))
                 print(f"{name} c={concurrency}: {point['requests_per_s']:.0f} req/s", file=sys.stderr)
     trace = read_trace(folder)
@@ -136,7 +162,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         executes = compute_windows(trace, name)
         clocks = read_clocks(args.repository / name)
         entries = np.concatenate([c.entries for c in clocks.values()]) if clocks else np.empty((0, 3))
-        point["split"] = split_executes(executes, entries, since, until)
+        if not args.no_trace:
+            point["split"] = split_executes(executes, entries, since, until)
         points[name][str(concurrency)] = point
     return points
 
@@ -146,6 +173,22 @@ def summary(points: dict[str, dict[str, Any]]) -> str:
     rows = []
     for name, by_concurrency in points.items():
         for concurrency, point in by_concurrency.items():
+            if "split" not in point:
+                clock = point.get("stub_clock", {})
+                rows.append(
+                    [
+                        name,
+                        concurrency,
+                        f"{point['requests_per_s']:.0f}",
+                        f"{point['requests_per_execute']:.1f}",
+                        "-",
+                        f"{clock.get('compute_infer_us', 0):.0f}",
+                        "-",
+                        f"{clock.get('execute_us', 0):.0f}",
+                        "-",
+                    ]
+                )
+                continue
             split = point["split"]
             rows.append(
                 [
@@ -160,7 +203,13 @@ def summary(points: dict[str, dict[str, Any]]) -> str:
                     ),
                 ]
             )
-    return "µs per execute, mean / median\n" + aligned(header, rows, numbers=range(1, len(header)))
+    text = "µs per execute, mean / median\n" + aligned(header, rows, numbers=range(1, len(header)))
+    for name, by_concurrency in points.items():
+        for concurrency, point in by_concurrency.items():
+            if point.get("steps_us"):
+                steps = ", ".join(f"{step} {us:.0f}" for step, us in sorted(point["steps_us"].items()))
+                text += f"\n{name} c={concurrency} library steps (µs per execute): {steps}"
+    return text
 
 
 def main() -> None:
@@ -171,7 +220,13 @@ def main() -> None:
     parser.add_argument("--model", default="demo", choices=sorted(BATCH))
     parser.add_argument("--variants", nargs="+", default=["_timed", "_null_kernel_timed"])
     parser.add_argument("--repository", type=Path, default=ROOT / "bench_repository")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1])
+    parser.add_argument("--steps", action="store_true", help="also the library's step timers (debug log)")
+    parser.add_argument(
+        "--no-trace",
+        action="store_true",
+        help="without Triton's trace: the stub clock and steps only (any load)",
+    )
     parser.add_argument("--client-processes", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=2.0, help="measured seconds per point")
     parser.add_argument("--warmup", type=float, default=0.3)

@@ -12,8 +12,9 @@ from types import ModuleType
 import numpy as np
 
 from client.bench_common import FILE_PREFIX, HEADER_BYTES, RING, StubClock, clock_between, read_clocks
-from client.stub_clock import compute_windows, split_executes
+from client.stub_clock import compute_windows, mean_steps, split_executes
 from tests.paths import ROOT
+from triton_ort.stats import ExecuteStats
 
 INNER = """
 import time
@@ -124,3 +125,16 @@ def test_an_execute_without_a_window_of_its_requests_is_counted_unmatched() -> N
     windows = compute_windows(trace_of("m", [(1_000, 5_000, 2)]), "m")
     split = split_executes(windows, np.array([[1_400, 4_000, 1]]), 0, 10_000)
     assert (split["matched"], split["unmatched"]) == (0, 1)
+
+
+def test_the_library_steps_of_a_point_are_averaged_over_its_records() -> None:
+    def record(read: float, infer: float) -> ExecuteStats:
+        steps = {"read_inputs": read, "infer_total": infer}
+        return ExecuteStats(1, ["cuda:0"], 1, 0, 1, True, steps_us=steps)
+
+    assert mean_steps([record(10, 100), record(20, 300)]) == {
+        "read_inputs": 15,
+        "infer_total": 200,
+        "records": 2,
+    }
+    assert mean_steps([]) == {}  # a model that logs no records (the null models)
