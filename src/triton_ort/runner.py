@@ -168,7 +168,7 @@ class RunPlan:
     """Every row of graph_inputs holds some run's input (the module's docstring, "CUDA graphs")."""
     answered: int = -1
     """The execute whose answer holds this plan's buffers."""
-    _rows_views: dict[int, RowViews] = field(default_factory=dict)
+    _rows_views: dict[int, RowViews] = field(default_factory=dict, init=False, repr=False)
 
     def rows_of(self, rows: int, shared_inputs: frozenset[str]) -> RowViews:
         """The first `rows` rows of a padded plan's buffers (its batched inputs' and its outputs'), made once

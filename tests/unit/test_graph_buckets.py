@@ -3,6 +3,7 @@ which models ModelInstance lets pad. The padded runs themselves need a GPU: test
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +103,6 @@ def test_a_padded_plans_row_views_are_made_once_per_row_count_and_bounded() -> N
     for rows in range(1, ROW_VIEWS_KEPT + 2):
         plan.rows_of(rows, frozenset({"scale"}))
     assert len(plan._rows_views) <= ROW_VIEWS_KEPT
+    # the cache is the plan's own state: no constructor parameter, not in the plan's repr
+    assert "_rows_views" not in inspect.signature(RunPlan).parameters
+    assert "_rows_views" not in repr(plan)
