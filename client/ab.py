@@ -28,10 +28,10 @@ import torch
 
 from client.bench_common import (
     BATCH,
-    ROOT,
+    add_point_arguments,
     aligned,
-    host_environment,
     measure_point,
+    report_of,
     serving,
     write_report,
 )
@@ -152,12 +152,9 @@ def main() -> None:
     parser.add_argument(
         "--variants", nargs="+", default=["", "_naive", "_null_host", "_null_kernel", "_plain"]
     )
-    parser.add_argument("--repository", type=Path, default=ROOT / "bench_repository")
+    add_point_arguments(parser)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1])
-    parser.add_argument("--client-processes", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=2.0, help="measured seconds per point")
-    parser.add_argument("--warmup", type=float, default=0.3)
     parser.add_argument("--idle-probe", action="store_true", help="instead: in-process runs after idle gaps")
     parser.add_argument(
         "--mps",
@@ -167,11 +164,7 @@ def main() -> None:
     parser.add_argument("--label", default="", help="a word for the JSON (e.g. the server's setting)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    report: dict[str, Any] = {
-        "environment": host_environment(),
-        "command": " ".join(["python -m client.ab", *sys.argv[1:]]),
-        "label": args.label,
-    }
+    report = report_of("client.ab", label=args.label)
     if args.idle_probe:
         report["idle_probe"] = idle_probe(args)
         text = "\n".join(

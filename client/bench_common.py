@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -165,6 +166,25 @@ def measure_point(
         clock |= {"compute_infer_us": compute, "outside_us": compute - clock["execute_us"]}
         point["stub_clock"] = clock
     return point
+
+
+def add_point_arguments(
+    parser: argparse.ArgumentParser, client_processes: int = 4, warmup: float = 0.3
+) -> None:
+    """What measure_point reads from a served benchmark's arguments, and the repository it serves."""
+    parser.add_argument("--repository", type=Path, default=ROOT / "bench_repository")
+    parser.add_argument("--client-processes", type=int, default=client_processes)
+    parser.add_argument("--seconds", type=float, default=2.0, help="measured seconds per point")
+    parser.add_argument("--warmup", type=float, default=warmup)
+
+
+def report_of(module: str, **content: Any) -> dict[str, Any]:
+    """A benchmark's JSON report: the host, the command as run (`python -m module ...`), then `content`."""
+    return {
+        "environment": host_environment(),
+        "command": " ".join([f"python -m {module}", *sys.argv[1:]]),
+        **content,
+    }
 
 
 def device_used_mib() -> float | None:

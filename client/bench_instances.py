@@ -15,19 +15,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
 from client.bench_common import (
     BATCH,
-    ROOT,
+    add_point_arguments,
     aligned,
     device_used_mib,
     hold_cuda_context,
-    host_environment,
     measure_point,
     memory_reading,
+    report_of,
     serving,
     settled_device_used_mib,
     write_report,
@@ -77,11 +76,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--models", nargs="+", default=["demo"], choices=sorted(BATCH))
     parser.add_argument("--counts", nargs="+", type=int, default=[1, 2, 4])
-    parser.add_argument("--repository", type=Path, default=ROOT / "bench_repository")
+    add_point_arguments(parser, client_processes=8, warmup=0.5)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--client-processes", type=int, default=8)
-    parser.add_argument("--seconds", type=float, default=2.0, help="measured seconds per point")
-    parser.add_argument("--warmup", type=float, default=0.5)
     parser.add_argument("--mps", action="store_true", help="every point again under CUDA MPS")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -91,11 +87,7 @@ def main() -> None:
         for model in args.models
         for count in args.counts
     ]
-    report = {
-        "environment": host_environment(),
-        "command": " ".join(["python -m client.bench_instances", *sys.argv[1:]]),
-        "results": rows,
-    }
+    report = report_of("client.bench_instances", results=rows)
     if args.json:
         write_report(args.json, report)
     print(table(rows))

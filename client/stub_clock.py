@@ -44,11 +44,11 @@ import numpy as np
 
 from client.bench_common import (
     BATCH,
-    ROOT,
+    add_point_arguments,
     aligned,
-    host_environment,
     measure_point,
     read_clocks,
+    report_of,
     serving,
     write_report,
 )
@@ -219,7 +219,7 @@ def main() -> None:
     )
     parser.add_argument("--model", default="demo", choices=sorted(BATCH))
     parser.add_argument("--variants", nargs="+", default=["_timed", "_null_kernel_timed"])
-    parser.add_argument("--repository", type=Path, default=ROOT / "bench_repository")
+    add_point_arguments(parser)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1])
     parser.add_argument("--steps", action="store_true", help="also the library's step timers (debug log)")
     parser.add_argument(
@@ -227,17 +227,10 @@ def main() -> None:
         action="store_true",
         help="without Triton's trace: the stub clock and steps only (any load)",
     )
-    parser.add_argument("--client-processes", type=int, default=4)
-    parser.add_argument("--seconds", type=float, default=2.0, help="measured seconds per point")
-    parser.add_argument("--warmup", type=float, default=0.3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     points = run(args)
-    report = {
-        "environment": host_environment(),
-        "command": " ".join(["python -m client.stub_clock", *sys.argv[1:]]),
-        "points": points,
-    }
+    report = report_of("client.stub_clock", points=points)
     if args.json:
         write_report(args.json, report)
     print(summary(points))
