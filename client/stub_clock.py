@@ -133,76 +133,75 @@ def read_trace(folder: Path) -> list[dict[str, Any]]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     served = [args.model + variant for variant in args.variants]
     work = Workload.build(args.model, args.repository, BATCH[args.model])
-    folder = Path(tempfile.mkdtemp(prefix="stub-clock-"))
-    trace_args = [
-        f"--trace-config=triton,file={folder / 'trace.json'}",
-        "--trace-config=triton,log-frequency=2000",
-        "--trace-config=rate=1",
-        "--trace-config=level=TIMESTAMPS",
-    ]
-    if args.no_trace:
-        trace_args = []
-    windows: list[tuple[str, int, int, int, dict[str, Any]]] = []
     env = {"TRITON_ORT_LOG_LEVEL": "DEBUG"} if args.steps else {}
-    with serving(
-        args.repository, served, extra_args=trace_args, log_verbose=int(args.steps), env=env
-    ) as server:
-        for name in served:
-            for concurrency in args.concurrency:
-                logged = len(ExecuteStats.from_log(server.log())) if args.steps else 0
-                since = time.monotonic_ns()
-                point = measure_point(server.grpc_url, name, work, concurrency, args, args.repository / name)
-                if args.steps:
-                    point["steps_us"] = mean_steps(ExecuteStats.from_log(server.log())[logged:])
-                windows.append((name, concurrency, since, time.monotonic_ns(), point))
-                print(f"{name} c={concurrency}: {point['requests_per_s']:.0f} req/s", file=sys.stderr)
-    trace = read_trace(folder)
     points: dict[str, dict[str, Any]] = defaultdict(dict)
-    for name, concurrency, since, until, point in windows:
-        executes = compute_windows(trace, name)
-        clocks = read_clocks(args.repository / name)
-        entries = np.concatenate([c.entries for c in clocks.values()]) if clocks else np.empty((0, 3))
-        if not args.no_trace:
-            point["split"] = split_executes(executes, entries, since, until)
-        points[name][str(concurrency)] = point
+    windows: list[tuple[str, int, int, dict[str, Any]]] = []  # (served, since, until, its point)
+    with tempfile.TemporaryDirectory(prefix="stub-clock-") as folder:
+        trace_args = (
+            []
+            if args.no_trace
+            else [
+                f"--trace-config=triton,file={Path(folder) / 'trace.json'}",
+                "--trace-config=triton,log-frequency=2000",
+                "--trace-config=rate=1",
+                "--trace-config=level=TIMESTAMPS",
+            ]
+        )
+        with serving(
+            args.repository, served, extra_args=trace_args, log_verbose=int(args.steps), env=env
+        ) as server:
+            for name in served:
+                for concurrency in args.concurrency:
+                    logged = len(ExecuteStats.from_log(server.log())) if args.steps else 0
+                    since = time.monotonic_ns()
+                    point = measure_point(
+                        server.grpc_url, name, work, concurrency, args, args.repository / name
+                    )
+                    if args.steps:
+                        point["steps_us"] = mean_steps(ExecuteStats.from_log(server.log())[logged:])
+                    points[name][str(concurrency)] = point
+                    windows.append((name, since, time.monotonic_ns(), point))
+                    print(f"{name} c={concurrency}: {point['requests_per_s']:.0f} req/s", file=sys.stderr)
+        trace = [] if args.no_trace else read_trace(Path(folder))  # written by the server as it stopped
+    if not args.no_trace:
+        for name in served:  # each model's compute windows and stub clocks, once for all its points
+            executes = compute_windows(trace, name)
+            clocks = read_clocks(args.repository / name)
+            entries = np.concatenate([c.entries for c in clocks.values()]) if clocks else np.empty((0, 3))
+            for _, since, until, point in (w for w in windows if w[0] == name):
+                point["split"] = split_executes(executes, entries, since, until)
     return points
 
 
 def summary(points: dict[str, dict[str, Any]]) -> str:
+    """One row per served model and concurrency: with the trace, each part's mean / median; without it,
+    the stub clock's means (compute_infer and execute per execute)."""
     header = ["served", "c", "req/s", "req/exec", "matched", "compute_infer", "before", "execute", "after"]
     rows = []
     for name, by_concurrency in points.items():
         for concurrency, point in by_concurrency.items():
-            if "split" not in point:
+            row = [
+                name,
+                concurrency,
+                f"{point['requests_per_s']:.0f}",
+                f"{point['requests_per_execute']:.1f}",
+            ]
+            split = point.get("split")
+            if split is None:
                 clock = point.get("stub_clock", {})
-                rows.append(
-                    [
-                        name,
-                        concurrency,
-                        f"{point['requests_per_s']:.0f}",
-                        f"{point['requests_per_execute']:.1f}",
-                        "-",
-                        f"{clock.get('compute_infer_us', 0):.0f}",
-                        "-",
-                        f"{clock.get('execute_us', 0):.0f}",
-                        "-",
-                    ]
-                )
-                continue
-            split = point["split"]
-            rows.append(
-                [
-                    name,
-                    concurrency,
-                    f"{point['requests_per_s']:.0f}",
-                    f"{point['requests_per_execute']:.1f}",
-                    f"{split['matched']}",
-                    *(
-                        f"{split[f'{part}_mean_us']:.0f} / {split[f'{part}_median_us']:.0f}"
-                        for part in ("compute_infer", "before", "execute", "after")
-                    ),
+                row += [
+                    "-",
+                    f"{clock.get('compute_infer_us', 0):.0f}",
+                    "-",
+                    f"{clock.get('execute_us', 0):.0f}",
+                    "-",
                 ]
-            )
+            else:
+                row += [f"{split['matched']}"] + [
+                    f"{split[f'{part}_mean_us']:.0f} / {split[f'{part}_median_us']:.0f}"
+                    for part in ("compute_infer", "before", "execute", "after")
+                ]
+            rows.append(row)
     text = "µs per execute, mean / median\n" + aligned(header, rows, numbers=range(1, len(header)))
     for name, by_concurrency in points.items():
         for concurrency, point in by_concurrency.items():
