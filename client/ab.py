@@ -63,13 +63,24 @@ def run_rounds(args: argparse.Namespace) -> dict[str, dict[str, list[dict[str, A
     return points
 
 
+CLOCK_COLUMNS = (
+    ("execute_us", "execute us"),
+    ("execute_p50_us", "execute p50"),
+    ("outside_us", "outside us"),
+    ("gc_us", "gc us"),
+    ("bind_us", "bind us"),
+    ("ort_run_us", "ort run us"),
+)
+
+
 def summary(points: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
     """One row per variant and concurrency; `_timed` variants add their stub clock (µs per execute, mean of
-    the rounds): inside execute() and outside it (the rest of compute_infer)."""
+    the rounds): inside execute() (mean and median) and outside it (the rest of compute_infer), the stub's
+    garbage collection, and for ours the library's binding and ORT's run."""
     header = ["served", "c", "p50 us (median)", "p50 spread", "req/s (median)", *STAGES, "req/exec"]
     timed = any("stub_clock" in r for rounds in points.values() for rs in rounds.values() for r in rs)
     if timed:
-        header += ["execute us", "outside us"]
+        header += [label for _, label in CLOCK_COLUMNS]
     rows = []
     for name, by_concurrency in points.items():
         for concurrency, rounds in by_concurrency.items():
@@ -91,8 +102,8 @@ def summary(points: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
             if timed:
                 clocks = [r["stub_clock"] for r in rounds if "stub_clock" in r]
                 rows[-1] += [
-                    f"{statistics.mean(c[key] for c in clocks):.0f}" if clocks else "-"
-                    for key in ("execute_us", "outside_us")
+                    f"{statistics.mean(c[key] for c in clocks):.0f}" if clocks and key in clocks[0] else "-"
+                    for key, _ in CLOCK_COLUMNS
                 ]
     return aligned(header, rows, numbers=range(1, len(header)))
 

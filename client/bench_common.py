@@ -87,27 +87,65 @@ def check_answer(served: str, work: Workload, ask: Callable[[], dict[str, Any]])
 # A `_timed` variant's stub clock, as client/bench_timed_model.py writes it (a benchmark model.py, copied into
 # the repository, so it shares no module with this one; tests/unit/test_stub_clock.py holds the two together).
 FILE_PREFIX = "execute-clock-"
-HEADER_BYTES = 64
+HEADER_BYTES = 128
 RING = 1 << 16
+TOTALS = (
+    "executes",
+    "requests",
+    "inside_ns",
+    "gc_runs",
+    "gc_ns",
+    "gc_full_runs",
+    "gc_full_ns",
+    "ort_runs",
+    "bind_ns",
+    "ort_run_ns",
+    "to_host_ns",
+)
+# Totals given per execute (µs, or counts), and ours' library timers (per execute, where ORT ran).
+PER_EXECUTE = {
+    "gc_ns": "gc_us",
+    "gc_runs": "gc_runs",
+    "gc_full_ns": "gc_full_us",
+    "gc_full_runs": "gc_full_runs",
+}
+LIBRARY_STEPS = {"bind_ns": "bind_us", "ort_run_ns": "ort_run_us", "to_host_ns": "to_host_us"}
 
 
 @dataclass(frozen=True)
 class StubClock:
-    """One stub's clock file: its totals and the executes still in its ring, (start, end, requests)."""
+    """One stub's clock file: its running totals (TOTALS) and the executes still in its ring, (start, end,
+    requests)."""
 
-    executes: int
-    requests: int
-    inside_ns: int
+    totals: dict[str, int]
     entries: np.ndarray[Any, np.dtype[np.int64]]
+
+    @property
+    def executes(self) -> int:
+        return self.totals["executes"]
+
+    @property
+    def requests(self) -> int:
+        return self.totals["requests"]
+
+    @property
+    def inside_ns(self) -> int:
+        return self.totals["inside_ns"]
 
     @classmethod
     def read(cls, path: Path) -> StubClock:
         raw = np.fromfile(path, dtype="<i8")
-        executes, requests, inside_ns = (int(v) for v in raw[:3])
+        totals = dict(zip(TOTALS, (int(v) for v in raw[: len(TOTALS)]), strict=True))
+        executes = totals["executes"]
         ring = raw[HEADER_BYTES // 8 :].reshape(RING, 3)
         kept = min(executes, RING)
         order = np.arange(executes - kept, executes) % RING  # oldest first
-        return cls(executes, requests, inside_ns, ring[order])
+        return cls(totals, ring[order])
+
+    def since(self, then: StubClock | None) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """The ring's executes after `then` (an earlier reading of the same stub; None: all kept)."""
+        new = self.executes - (then.executes if then else 0)
+        return self.entries[len(self.entries) - min(new, len(self.entries)) :]
 
 
 def read_clocks(model_dir: Path) -> dict[str, StubClock]:
@@ -116,13 +154,31 @@ def read_clocks(model_dir: Path) -> dict[str, StubClock]:
 
 
 def clock_between(before: dict[str, StubClock], after: dict[str, StubClock]) -> dict[str, float]:
-    """Executes and µs inside execute() per execute, summed over the stubs, between two readings."""
-    executes = inside = 0
+    """Between two readings, summed over the stubs: executes; µs inside execute() per execute (mean, and
+    median from the rings); the stubs' garbage collections per execute; and where ORT ran (ours), the
+    library's timers per execute."""
+    gained = dict.fromkeys(TOTALS, 0)
+    durations = []
     for name, now in after.items():
         then = before.get(name)
-        executes += now.executes - (then.executes if then else 0)
-        inside += now.inside_ns - (then.inside_ns if then else 0)
-    return {"executes": executes, "execute_us": inside / executes / 1e3 if executes else 0.0}
+        for key in TOTALS:
+            gained[key] += now.totals[key] - (then.totals[key] if then else 0)
+        starts, ends, _ = now.since(then).T
+        durations.append(ends - starts)
+    executes = gained["executes"]
+    if not executes:
+        return {"executes": 0, "execute_us": 0.0}
+    joined = np.concatenate(durations) if durations else np.empty(0)
+    clock = {
+        "executes": executes,
+        "execute_us": gained["inside_ns"] / executes / 1e3,
+        "execute_p50_us": float(np.median(joined)) / 1e3 if len(joined) else 0.0,
+    }
+    for key, label in PER_EXECUTE.items():
+        clock[label] = gained[key] / executes / (1e3 if key.endswith("_ns") else 1)
+    if gained["ort_runs"]:
+        clock |= {label: gained[key] / executes / 1e3 for key, label in LIBRARY_STEPS.items()}
+    return clock
 
 
 def measure_point(

@@ -2,12 +2,15 @@
 inside the real stub, by the clock, not by a sampler (client.stub_clock reads it).
 
 Each stub writes into a file of its own in the model's folder, `execute-clock-<pid>.bin`, memory-mapped
-(a write costs about a microsecond and no round trip to the server): a header of three counters (executes,
-requests, ns inside execute()) and a ring of the last RING executes, each its (start, end, requests) on
-CLOCK_MONOTONIC, the clock of Triton's own trace timestamps, so that an execute can be placed inside the
-server's compute window of its requests.
+(a write costs about a microsecond and no round trip to the server): a header of running totals (TOTALS)
+and a ring of the last RING executes, each its (start, end, requests) on CLOCK_MONOTONIC, the clock of
+Triton's own trace timestamps, so that an execute can be placed inside the server's compute window of its
+requests. The totals also hold the stub's garbage collections (all of them, and the full ones, with the
+time they took, from gc.callbacks) and, for ours, the library's own step timers (RunnerStats: binding,
+ORT's run, queueing the host copies), read after each execute: the steps without a debug line per execute.
 """
 
+import gc
 import importlib.util
 import mmap
 import os
@@ -15,11 +18,25 @@ import struct
 import time
 from pathlib import Path
 
-HEADER = struct.Struct("<3q")
+TOTALS = (
+    "executes",
+    "requests",
+    "inside_ns",
+    "gc_runs",
+    "gc_ns",
+    "gc_full_runs",
+    "gc_full_ns",
+    "ort_runs",
+    "bind_ns",
+    "ort_run_ns",
+    "to_host_ns",
+)
+HEADER = struct.Struct(f"<{len(TOTALS)}q")
 ENTRY = struct.Struct("<3q")
-HEADER_BYTES = 64
+HEADER_BYTES = 128
 RING = 1 << 16
 FILE_PREFIX = "execute-clock-"
+FULL_GENERATION = 2
 
 _spec = importlib.util.spec_from_file_location(
     f"timed_inner_{os.getpid()}", Path(__file__).with_name("timed_inner.py")
@@ -36,7 +53,22 @@ class TritonPythonModel(_inner.TritonPythonModel):
             file.truncate(HEADER_BYTES + RING * ENTRY.size)
         with path.open("r+b") as file:
             self._clock = mmap.mmap(file.fileno(), 0)
-        self._executes = self._requests = self._inside_ns = 0
+        self._totals = dict.fromkeys(TOTALS, 0)
+        self._gc_started = 0
+        # ours: the library's runner totals (a null model has none)
+        self._runner_stats = getattr(getattr(getattr(self, "instance", None), "runner", None), "stats", None)
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase, info):
+        if phase == "start":
+            self._gc_started = time.monotonic_ns()
+            return
+        took = time.monotonic_ns() - self._gc_started
+        self._totals["gc_runs"] += 1
+        self._totals["gc_ns"] += took
+        if info.get("generation") == FULL_GENERATION:
+            self._totals["gc_full_runs"] += 1
+            self._totals["gc_full_ns"] += took
 
     def execute(self, requests):
         started = time.monotonic_ns()
@@ -44,14 +76,21 @@ class TritonPythonModel(_inner.TritonPythonModel):
             return super().execute(requests)
         finally:
             ended = time.monotonic_ns()
-            slot = HEADER_BYTES + (self._executes % RING) * ENTRY.size
+            totals = self._totals
+            slot = HEADER_BYTES + (totals["executes"] % RING) * ENTRY.size
             ENTRY.pack_into(self._clock, slot, started, ended, len(requests))
-            self._executes += 1
-            self._requests += len(requests)
-            self._inside_ns += ended - started
-            HEADER.pack_into(self._clock, 0, self._executes, self._requests, self._inside_ns)
+            totals["executes"] += 1
+            totals["requests"] += len(requests)
+            totals["inside_ns"] += ended - started
+            if (stats := self._runner_stats) is not None:
+                totals["ort_runs"] = stats.ort_runs
+                totals["bind_ns"] = int(stats.bind_seconds * 1e9)
+                totals["ort_run_ns"] = int(stats.ort_run_seconds * 1e9)
+                totals["to_host_ns"] = int(stats.device_to_host_seconds * 1e9)
+            HEADER.pack_into(self._clock, 0, *totals.values())
 
     def finalize(self):
+        gc.callbacks.remove(self._on_gc)
         if hasattr(super(), "finalize"):
             super().finalize()
         self._clock.close()

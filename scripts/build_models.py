@@ -127,9 +127,11 @@ def bench_variants(name: str) -> dict[str, Serving]:
         ),
     }
     # Each execute() timed inside the stub, by the clock (client.stub_clock, client.ab's `stub_clock`): ours,
-    # its floors, and null-catpin with ours' ORT session built and captured but never run per request.
+    # its graph-less twin, its floors, and null-catpin with ours' ORT session built and captured but never run
+    # per request.
     timed = (
         name,
+        f"{name}_nograph",
         f"{name}_null_host",
         f"{name}_null_kernel",
         f"{name}_null_catpin",

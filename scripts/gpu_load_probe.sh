@@ -9,10 +9,10 @@
 # With `floors`: the demo against null-kernel at c=1 and c=16, the stub profiled at c=16, and beside them
 # the in-process anchors of the same run (client.bench_graphs: ours' lone request and null kernel's, with
 # and without 1 ms of GPU idle between executes), about 4 minutes.
-# With `clock`: the demo, null-host, null-kernel, null-catpin and null-catpin with ours' ORT session, each
-# execute() timed inside the stub (the `_timed` variants): client.ab at c=1 and c=16 (inside execute and
-# outside it, per execute), then client.stub_clock at c=1 (Triton's trace beside the stubs' clocks: the stub's
-# work before and after execute; and the library's step timers) and ours' steps at c=16, about 5 minutes.
+# With `clock`: the demo (as it ships and without graphs), null-kernel, null-catpin and null-catpin with ours'
+# ORT session, each execute() timed inside the stub (the `_timed` variants): client.ab at c=1 and c=16
+# (inside execute and outside it, the stubs' garbage collection, ours' binding and ORT's run, per execute),
+# then the same with the server and its stubs under CUDA MPS (one GPU context for all), about 5 minutes.
 # Usage on the host, from the project root, after .gpu-wheels/device-install.sh:
 #   OUT=/tmp/gpu-out bash scripts/gpu_load_probe.sh [steps|floors|clock]
 set -uo pipefail
@@ -31,13 +31,13 @@ if [ "${1:-}" = steps ]; then
   exit $status
 fi
 if [ "${1:-}" = clock ]; then
-  python3 -m client.ab --model demo --variants _timed _null_host_timed _null_kernel_timed _null_catpin_timed \
-    _null_catpin_ort_timed --concurrency 1 16 --rounds 3 --seconds 2 --label clock --json "$OUT/ab-clock-demo.json" \
-    || status=1
-  python3 -m client.stub_clock --model demo --variants _timed _null_kernel_timed _null_catpin_timed --steps \
-    --json "$OUT/stub-clock-c1.json" || status=1
-  python3 -m client.stub_clock --model demo --variants _timed --concurrency 16 --steps --no-trace \
-    --json "$OUT/stub-clock-steps-c16.json" || status=1
+  timed=(_timed _nograph_timed _null_kernel_timed _null_catpin_timed _null_catpin_ort_timed)
+  python3 -m client.ab --model demo --variants "${timed[@]}" --concurrency 1 16 --rounds 3 --seconds 2 \
+    --label clock --json "$OUT/ab-clock-demo.json" || status=1
+  if command -v nvidia-cuda-mps-control > /dev/null; then
+    python3 -m client.ab --model demo --variants "${timed[@]}" --concurrency 1 16 --rounds 3 --seconds 2 \
+      --mps --label clock-mps --json "$OUT/ab-clock-demo-mps.json" || status=1
+  fi
   exit $status
 fi
 if [ "${1:-}" = floors ]; then

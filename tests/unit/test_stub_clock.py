@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+import pytest
 
 from client.bench_common import FILE_PREFIX, HEADER_BYTES, RING, StubClock, clock_between, read_clocks
 from client.stub_clock import compute_windows, mean_steps, split_executes
@@ -17,14 +18,25 @@ from tests.paths import ROOT
 from triton_ort.stats import ExecuteStats
 
 INNER = """
+import gc
 import time
+from types import SimpleNamespace
+
+from triton_ort.stats import RunnerStats
 
 class TritonPythonModel:
     def initialize(self, args):
         self.finalized = False
+        self.instance = SimpleNamespace(runner=SimpleNamespace(stats=RunnerStats()))  # as ours holds it
 
     def execute(self, requests):
         time.sleep(0.002)
+        stats = self.instance.runner.stats
+        stats.ort_runs += 1
+        stats.bind_seconds += 0.001
+        stats.ort_run_seconds += 0.003
+        if len(requests) == 3:
+            gc.collect()  # a full collection, inside this execute
         return [None for _ in requests]
 
     def finalize(self):
@@ -56,8 +68,6 @@ def test_each_execute_is_timed_in_the_stubs_clock_file_and_read_back(tmp_path: P
     answers = [model.execute(["a"] * n) for n in (1, 3, 2)]
     until = time.monotonic_ns()
     assert [len(a) for a in answers] == [1, 3, 2]  # the inner model's answers, untouched
-    model.finalize()
-    assert model.finalized
     after = read_clocks(tmp_path / "m")
     (clock,) = after.values()
     assert (clock.executes, clock.requests) == (3, 6)
@@ -69,6 +79,19 @@ def test_each_execute_is_timed_in_the_stubs_clock_file_and_read_back(tmp_path: P
     between = clock_between(before, after)
     assert between["executes"] == 3
     assert between["execute_us"] == clock.inside_ns / 3 / 1e3
+    assert between["execute_p50_us"] == float(np.median(ends - starts)) / 1e3
+    # the stub's collections (gc.callbacks): the one full collection, timed
+    assert between["gc_full_runs"] == 1 / 3 and between["gc_runs"] >= 1 / 3
+    assert 0 < between["gc_full_us"] <= between["gc_us"] < between["execute_us"]
+    # ours' library timers, from the runner's totals after each execute
+    assert between["bind_us"] == pytest.approx(1_000) and between["ort_run_us"] == pytest.approx(3_000)
+    assert between["to_host_us"] == 0
+    # a later reading counts only what came after the earlier one
+    model.execute(["a"])
+    later = clock_between(after, read_clocks(tmp_path / "m"))
+    assert later["executes"] == 1 and later["gc_full_runs"] == 0
+    model.finalize()
+    assert model.finalized
 
 
 def test_a_full_ring_is_read_oldest_first(tmp_path: Path) -> None:
