@@ -12,7 +12,15 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from client.bench_common import FILE_PREFIX, HEADER_BYTES, RING, StubClock, clock_between, read_clocks
+from client.bench_common import (
+    FILE_PREFIX,
+    HEADER_BYTES,
+    RING,
+    TOTALS,
+    StubClock,
+    clock_between,
+    read_clocks,
+)
 from client.stub_clock import compute_windows, mean_steps, split_executes
 from tests.paths import ROOT
 from triton_ort.stats import ExecuteStats
@@ -62,7 +70,9 @@ def test_each_execute_is_timed_in_the_stubs_clock_file_and_read_back(tmp_path: P
     model = module.TritonPythonModel()
     model.initialize({"model_repository": str(tmp_path / "m"), "model_version": "1"})
     # the layout the reader expects is the one the writer uses
-    assert (module.FILE_PREFIX, module.HEADER_BYTES, module.RING) == (FILE_PREFIX, HEADER_BYTES, RING)
+    layout = (module.FILE_PREFIX, module.HEADER_BYTES, module.RING, module.TOTALS)
+    assert layout == (FILE_PREFIX, HEADER_BYTES, RING, TOTALS)
+    assert module.HEADER.size <= HEADER_BYTES  # the totals fit before the ring
     before = read_clocks(tmp_path / "m")
     since = time.monotonic_ns()
     answers = [model.execute(["a"] * n) for n in (1, 3, 2)]
