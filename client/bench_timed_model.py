@@ -8,6 +8,10 @@ Triton's own trace timestamps, so that an execute can be placed inside the serve
 requests. The totals also hold the stub's garbage collections (all of them, and the full ones, with the
 time they took, from gc.callbacks) and, for ours, the library's own step timers (RunnerStats: binding,
 ORT's run, queueing the host copies), read after each execute: the steps without a debug line per execute.
+
+With BENCH_STUB_PROFILE=SKIP:COUNT in the server's environment, each stub also profiles its executes SKIP to
+SKIP+COUNT with torch.profiler (CUPTI: the CUDA calls of torch and of ONNX Runtime, the GPU's kernels and
+copies) and writes the totals by name into `profile-<pid>.txt` beside its clock file.
 """
 
 import gc
@@ -58,6 +62,10 @@ class TritonPythonModel(_inner.TritonPythonModel):
         # ours: the library's runner totals (a null model has none)
         self._runner_stats = getattr(getattr(getattr(self, "instance", None), "runner", None), "stats", None)
         gc.callbacks.append(self._on_gc)
+        skip, _, count = os.environ.get("BENCH_STUB_PROFILE", "").partition(":")
+        self._profile_window = (int(skip), int(skip) + int(count)) if count else None
+        self._profile_path = Path(args["model_repository"]) / f"profile-{os.getpid()}.txt"
+        self._profiler = None
 
     def _on_gc(self, phase, info):
         if phase == "start":
@@ -70,7 +78,33 @@ class TritonPythonModel(_inner.TritonPythonModel):
             self._totals["gc_full_runs"] += 1
             self._totals["gc_full_ns"] += took
 
+    def _profile_step(self):
+        """Start the profiler at the window's first execute; stop it and write its totals after the last."""
+        number = self._totals["executes"]
+        if (
+            self._profile_window is None or number not in self._profile_window
+        ):  # neither its first nor its end
+            return
+        if number == self._profile_window[0]:
+            import torch.profiler
+
+            activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            self._profiler = torch.profiler.profile(activities=activities)
+            self._profiler.start()
+            return
+        self._profiler.stop()
+        averages = self._profiler.key_averages()
+        executes = self._profile_window[1] - self._profile_window[0]
+        self._profile_path.write_text(
+            f"{executes} executes profiled\n"
+            + averages.table(sort_by="self_cpu_time_total", row_limit=60, max_name_column_width=70)
+            + "\n"
+            + averages.table(sort_by="self_device_time_total", row_limit=30, max_name_column_width=70)
+        )
+        self._profiler = None
+
     def execute(self, requests):
+        self._profile_step()
         started = time.monotonic_ns()
         try:
             return super().execute(requests)

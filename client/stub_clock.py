@@ -134,6 +134,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     served = [args.model + variant for variant in args.variants]
     work = Workload.build(args.model, args.repository, BATCH[args.model])
     env = {"TRITON_ORT_LOG_LEVEL": "DEBUG"} if args.steps else {}
+    if args.profile:
+        env["BENCH_STUB_PROFILE"] = args.profile
     points: dict[str, dict[str, Any]] = defaultdict(dict)
     windows: list[tuple[str, int, int, dict[str, Any]]] = []  # (served, since, until, its point)
     with tempfile.TemporaryDirectory(prefix="stub-clock-") as folder:
@@ -225,6 +227,12 @@ def main() -> None:
         "--no-trace",
         action="store_true",
         help="without Triton's trace: the stub clock and steps only (any load)",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="SKIP:COUNT",
+        help="each stub profiles its executes SKIP to SKIP+COUNT (torch.profiler) into profile-<pid>.txt in "
+        "the model's folder (client/bench_timed_model.py)",
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
