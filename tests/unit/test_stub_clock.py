@@ -4,6 +4,7 @@ and client.stub_clock's matching of a stub's executes to Triton's compute window
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import time
 from pathlib import Path
@@ -171,3 +172,19 @@ def test_the_library_steps_of_a_point_are_averaged_over_its_records() -> None:
         "records": 2,
     }
     assert mean_steps([]) == {}  # a model that logs no records (the null models)
+
+
+def test_a_window_of_executes_is_profiled_into_the_stubs_profile_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BENCH_STUB_PROFILE", "1:2")  # executes 1 and 2
+    module = timed_model(tmp_path / "m")
+    model = module.TritonPythonModel()
+    model.initialize({"model_repository": str(tmp_path / "m"), "model_version": "1"})
+    path = tmp_path / "m" / f"profile-{os.getpid()}.txt"
+    for _ in range(3):
+        model.execute(["a"])
+        assert not path.exists()  # written once the window's last execute has returned
+    model.execute(["a"])
+    assert path.read_text().startswith("2 executes profiled\n")
+    model.finalize()
