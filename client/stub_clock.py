@@ -25,6 +25,10 @@ With --steps the server runs with TRITON_ORT_LOG_LEVEL=DEBUG, and ours' variants
 timers per execute (the `execute stats` records logged during the point, mean µs): read_inputs, the infer
 (its stream_sync, ORT's run, binding, the host copies, the metrics) and responses. A debug line per
 execute costs a little itself; compare ours with ours, not with the null models, in such a run.
+
+With --profile SKIP:COUNT each stub also profiles a window of its executes with torch.profiler (CUPTI) and
+writes the totals by name into profile-<pid>.txt in the model's folder (client/bench_timed_model.py).
+The profiler slows the stub several times over: the point's own figures are not comparable then.
 """
 
 from __future__ import annotations
