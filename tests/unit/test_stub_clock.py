@@ -174,6 +174,7 @@ def test_the_library_steps_of_a_point_are_averaged_over_its_records() -> None:
     assert mean_steps([]) == {}  # a model that logs no records (the null models)
 
 
+@pytest.mark.filterwarnings("ignore:CUDA is not available:UserWarning")  # a CPU-only machine
 def test_a_window_of_executes_is_profiled_into_the_stubs_profile_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
