@@ -80,21 +80,21 @@ class TritonPythonModel(_inner.TritonPythonModel):
 
     def _profile_step(self):
         """Start the profiler at the window's first execute; stop it and write its totals after the last."""
-        number = self._totals["executes"]
-        if (
-            self._profile_window is None or number not in self._profile_window
-        ):  # neither its first nor its end
+        if self._profile_window is None:
             return
-        if number == self._profile_window[0]:
+        first, end = self._profile_window
+        number = self._totals["executes"]
+        if number == first:
             import torch.profiler
 
             activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
             self._profiler = torch.profiler.profile(activities=activities)
             self._profiler.start()
+        if number != end:
             return
         self._profiler.stop()
         averages = self._profiler.key_averages()
-        executes = self._profile_window[1] - self._profile_window[0]
+        executes = end - first
         self._profile_path.write_text(
             f"{executes} executes profiled\n"
             + averages.table(sort_by="self_cpu_time_total", row_limit=60, max_name_column_width=70)
