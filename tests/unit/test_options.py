@@ -43,7 +43,7 @@ def test_values_are_parsed_and_backend_keys_ignored() -> None:
         ({"onnx_file": " "}, "parameter 'onnx_file' is empty"),
         ({"output_placement": "gpu"}, "parameter 'output_placement': 'gpu' is not one of auto, device, host"),
         ({"host_output_max_bytes": "1MB"}, "parameter 'host_output_max_bytes': '1MB' is not a whole number"),
-        ({"host_output_writes": "mapped"}, "parameter 'host_output_writes': 'mapped' is not one of direct, copy"),
+        ({"host_output_writes": "mapped"}, "'host_output_writes': 'mapped' is not one of direct, copy"),
     ],
 )
 def test_bad_parameters_name_key_value_and_expectation(parameters: dict[str, str], message: str) -> None:
