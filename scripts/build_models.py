@@ -95,8 +95,6 @@ def bench_variants(name: str) -> dict[str, Serving]:
         name: ours(),
         f"{name}_device": ours(("output_placement", "device")),
         f"{name}_host": ours(("output_placement", "host")),
-        # Host outputs written on the device and copied (what shipped before direct writes; client.ab).
-        f"{name}_copyout": ours(("host_output_writes", "copy")),
         f"{name}_graph": ours(("cuda_graph", "true")),
         f"{name}_nograph": ours(("cuda_graph", "false")),
         # What the memory settings cost in speed (client.ab; their memory: client.bench_memory).
@@ -133,7 +131,6 @@ def bench_variants(name: str) -> dict[str, Serving]:
     # per request.
     timed = (
         name,
-        f"{name}_copyout",
         f"{name}_nograph",
         f"{name}_null_host",
         f"{name}_null_kernel",

@@ -13,11 +13,8 @@
 # ORT session, each execute() timed inside the stub (the `_timed` variants): client.ab at c=1 and c=16
 # (inside execute and outside it, the stubs' garbage collection, ours' binding and ORT's run, per execute),
 # then the same with the server and its stubs under CUDA MPS (one GPU context for all), about 5 minutes.
-# With `writes`: the demo as it ships (host outputs written by ORT into pinned memory) against the same with
-# host_output_writes copy (`_copyout`), null-kernel and null-catpin with ours' ORT session, each execute()
-# timed inside the stub: client.ab at c=1 and c=16, then c=16 under CUDA MPS, about 3 minutes.
 # Usage on the host, from the project root, after .gpu-wheels/device-install.sh:
-#   OUT=/tmp/gpu-out bash scripts/gpu_load_probe.sh [steps|floors|clock|writes]
+#   OUT=/tmp/gpu-out bash scripts/gpu_load_probe.sh [steps|floors|clock]
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
@@ -40,16 +37,6 @@ if [ "${1:-}" = clock ]; then
   if command -v nvidia-cuda-mps-control > /dev/null; then
     python3 -m client.ab --model demo --variants "${timed[@]}" --concurrency 1 16 --rounds 3 --seconds 2 \
       --mps --label clock-mps --json "$OUT/ab-clock-demo-mps.json" || status=1
-  fi
-  exit $status
-fi
-if [ "${1:-}" = writes ]; then
-  timed=(_timed _copyout_timed _null_kernel_timed _null_catpin_ort_timed)
-  python3 -m client.ab --model demo --variants "${timed[@]}" --concurrency 1 16 --rounds 3 --seconds 2 \
-    --label writes --json "$OUT/ab-writes-demo.json" || status=1
-  if command -v nvidia-cuda-mps-control > /dev/null; then
-    python3 -m client.ab --model demo --variants "${timed[@]}" --concurrency 16 --rounds 3 --seconds 2 \
-      --mps --label writes-mps --json "$OUT/ab-writes-demo-mps.json" || status=1
   fi
   exit $status
 fi

@@ -108,9 +108,7 @@ class ModelInstance:
             self.options = _cpu_thread_policy(self.options)
         hooks = load_hooks(version_dir, self.options)
         session = create_session(version_dir / self.options.onnx_file, self.options, placement)
-        output_placement = OutputPlacement(
-            self.options.output_placement, self.options.host_output_max_bytes, self.options.host_output_writes
-        )
+        output_placement = OutputPlacement(self.options.output_placement, self.options.host_output_max_bytes)
         self.runner = IOBindingRunner(
             session,
             placement,

@@ -34,7 +34,6 @@ ARENA_EXTEND_STRATEGIES = ("kNextPowerOfTwo", "kSameAsRequested")
 CUDNN_CONV_ALGO_SEARCHES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
 EXECUTION_MODES = ("sequential", "parallel")
 OUTPUT_PLACEMENTS = ("auto", "device", "host")
-HOST_OUTPUT_WRITES = ("direct", "copy")
 PRECISION_MODES = {
     "FP32": None,
     "FP16": "trt_fp16_enable",
@@ -70,16 +69,10 @@ class ModelOptions:
     """CPU inputs for a GPU instance go through pinned host memory (faster, asynchronous DMA)."""
     output_placement: str = "auto"
     """GPU instances: where outputs are handed to Triton. 'device' keeps them on the GPU (no copy),
-    'host' hands them over from pinned host memory (host_output_writes: how they get there), 'auto' picks
-    'host' for runs whose output bytes are at most host_output_max_bytes (a GPU hand-back costs a fixed
-    ~0.45 ms that small outputs do not repay)."""
+    'host' copies them once into pinned host memory, 'auto' picks 'host' for runs whose output bytes are at
+    most host_output_max_bytes (a GPU hand-back costs a fixed ~0.45 ms that small outputs do not repay)."""
     host_output_max_bytes: int = DEFAULT_HOST_OUTPUT_MAX_BYTES
     """The 'auto' crossover, in bytes of output per ORT run."""
-    host_output_writes: str = "direct"
-    """GPU instances, outputs placed on the host: 'direct' binds the pinned host buffers themselves as ORT's
-    outputs, so the model's last kernels write the answer into host memory (mapped through CUDA's unified
-    addressing) and no copy is queued; 'copy' has ORT write on the GPU and then copies once to the host.
-    Direct needs outputs whose shapes follow from the inputs and that ORT produces on the GPU (runner.py)."""
     cuda_stack_bytes: int = DEFAULT_CUDA_STACK_BYTES
     """GPU instances: the CUDA context's per-thread stack limit, set at load (cuda_context.py); a kernel
     that needs more raises it at its launch. 0 keeps CUDA's default (1024 bytes)."""
@@ -280,7 +273,6 @@ _PARAMETERS: dict[str, _Parameter] = {
     "pinned_staging": _Parameter("pinned_staging", _parse_bool, native=False),
     "output_placement": _Parameter("output_placement", _one_of(OUTPUT_PLACEMENTS), native=False),
     "host_output_max_bytes": _Parameter("host_output_max_bytes", _parse_count, native=False),
-    "host_output_writes": _Parameter("host_output_writes", _one_of(HOST_OUTPUT_WRITES), native=False),
     "cuda_graph": _Parameter("cuda_graph", _parse_bool, native=False),
     "cuda_stack_bytes": _Parameter("cuda_stack_bytes", _parse_count, native=False),
     "warmup": _Parameter("warmup", _parse_warmup, native=False),

@@ -29,14 +29,8 @@ already hold an answer runs as a spare (a plan of the same signature with buffer
 so does every run of a caller that never declares executes (each answer is then its own).
 
 Handing a GPU tensor back through Triton's python backend has a fixed cost (measured ~0.45 ms for a
-KB-size output on an H200, docs/benchmarks.md), which a small output does not repay; such outputs are handed
-back from the plan's pinned host buffers. Those buffers are themselves bound as ORT's outputs (host output
-writes `direct`): under CUDA's unified addressing a kernel writes pinned host memory through the same
-pointer, so the model's last kernels write the answer there and no copy is queued (a CUDA call less per
-execute, each costing 20-35 µs of host time in the stub: docs/benchmarks.md). That needs every output's
-shape known before the run and every output produced by ORT on the GPU (a CPU node's output would be
-copied by ORT as if to device memory); otherwise, or with `copy`, ORT writes on the GPU and one copy per
-output follows on the session's stream.
+KB-size output on an H200, docs/benchmarks.md), which a small output does not repay; such outputs are
+copied once into the plan's pinned host buffers, on the session's stream.
 
 On a CUDA session with a caller's stream, ORT does not synchronise at the end of a run: the caller
 synchronises that stream once (ModelInstance.infer does), after the host copies are queued.
@@ -82,9 +76,6 @@ class OutputPlacement:
 
     mode: str = "auto"
     host_max_bytes: int = DEFAULT_HOST_OUTPUT_MAX_BYTES
-    host_writes: str = "direct"
-    """How host outputs get there: 'direct' (ORT writes them into pinned host memory) or 'copy' (the
-    module's docstring)."""
 
 
 @dataclass(frozen=True)
@@ -140,16 +131,6 @@ def _reads_inputs_on_host(session: ort.InferenceSession) -> bool:
     return infos is None or any(info.name != "Cuda" for info in infos)
 
 
-def _produces_outputs_on_device(session: ort.InferenceSession) -> bool:
-    """Whether ORT produces every output of a CUDA session on the device, so that a kernel writes it into
-    the bound buffer. An ORT too old to say (get_output_memory_infos came after 1.23) is taken not to."""
-    try:
-        infos = session.get_output_memory_infos()
-    except (AttributeError, RuntimeError):
-        return False
-    return infos is not None and all(info.name == "Cuda" for info in infos)
-
-
 PLAN_CACHE_SIZE = 32
 """Plans kept per runner, least recently used first out: a load of ever-new batch sizes (gathered requests
 sum theirs) cannot grow memory without bound. A signature past it is planned again when it comes back."""
@@ -179,12 +160,10 @@ class RunPlan:
     ort_allocated: tuple[TensorSpec, ...]
     """Outputs of data-dependent shape, allocated by ORT at each run."""
     host: dict[str, torch.Tensor] | None
-    """Pinned copies of every output, handed back instead of the device ones (host placement, copied)."""
+    """Pinned copies of every output, handed back instead of the device ones (host placement)."""
     run_options: ort.RunOptions | None
     graph_inputs: dict[str, torch.Tensor] | None = None
     """A CUDA graph's fixed input buffers (bound once): each run copies its inputs into them."""
-    written_on_host: bool = False
-    """`outputs` are pinned host buffers that ORT's kernels write (host placement, written directly)."""
     padding_written: bool = False
     """Every row of graph_inputs holds some run's input (the module's docstring, "CUDA graphs")."""
     answered: int = -1
@@ -283,12 +262,6 @@ class IOBindingRunner:
         if self._cuda_graph:
             self._shrink_options = None  # a captured graph keeps its memory; nothing to shrink
         self.inputs_read_on_host = self.placement.is_cuda and _reads_inputs_on_host(session)
-        self.writes_host_outputs_directly = (
-            self.placement.is_cuda
-            and self.output_placement.host_writes == "direct"
-            and _produces_outputs_on_device(session)
-        )
-        """Host outputs are written by ORT into pinned host memory (the module's docstring)."""
         # An empty tensor's data_ptr may be 0, which ORT rejects; bind this instead (never read: 0 elements).
         self._placeholder = torch.empty(8, dtype=torch.uint8, device=self.device)
 
@@ -443,7 +416,6 @@ class IOBindingRunner:
                 for spec in self.outputs
             }
         if plan.host is None:
-            self.stats.host_output_runs += int(plan.written_on_host)
             return outputs
         answer = {}
         for name, tensor in outputs.items():
@@ -577,21 +549,16 @@ class IOBindingRunner:
         binding = self.session.io_binding()
         shapes = {spec.name: self._output_shape(spec.name, tensors) for spec in self.outputs}
         to_host = self._outputs_to_host(shapes)
-        # Only where every output has a buffer: an ORT-allocated one would be left on the device.
-        direct = to_host and self.writes_host_outputs_directly and None not in shapes.values()
         outputs: dict[str, torch.Tensor] = {}
         for spec in self.outputs:
             shape = shapes[spec.name]
             if shape is not None:
-                dtype = spec.element_type.tensor_dtype
-                outputs[spec.name] = (
-                    torch.empty(shape, dtype=dtype, pin_memory=True)  # bound as device memory (docstring)
-                    if direct
-                    else torch.empty(shape, dtype=dtype, device=self.device)
+                outputs[spec.name] = torch.empty(
+                    shape, dtype=spec.element_type.tensor_dtype, device=self.device
                 )
                 self._bind(binding.bind_output, spec, outputs[spec.name])
         host: dict[str, torch.Tensor] | None = None
-        if to_host and not direct:
+        if to_host:
             host = {
                 name: torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
                 for name, tensor in outputs.items()
@@ -612,9 +579,7 @@ class IOBindingRunner:
             self._graph_ids_given += 1
             run_options = self._cuda_run_options(graph_id=self._graph_ids_given)  # ORT reserves 0
         ort_allocated = tuple(spec for spec in self.outputs if spec.name not in outputs)
-        return RunPlan(
-            binding, outputs, ort_allocated, host, run_options, graph_inputs, written_on_host=direct
-        )
+        return RunPlan(binding, outputs, ort_allocated, host, run_options, graph_inputs)
 
     def _outputs_to_host(self, shapes: Mapping[str, tuple[int, ...] | None]) -> bool:
         if not self.placement.is_cuda or self.output_placement.mode == "device":

@@ -148,29 +148,18 @@ def test_a_run_waits_for_fresh_inputs_only_where_ort_reads_one_on_the_host(tmp_p
         np.testing.assert_array_equal(y.cpu().numpy(), np.arange(12.0).reshape(3, 4))
 
 
-HOST_COPY = OutputPlacement("host", host_writes="copy")
-
-
-def placement_named(name: str) -> OutputPlacement:
-    """'device', 'host' (written into pinned memory by the model) or 'host-copy' (written, then copied)."""
-    return HOST_COPY if name == "host-copy" else OutputPlacement(name)
-
-
 @pytest.mark.parametrize(
-    ("placement", "rows", "on_host", "copied"),
+    ("placement", "rows", "on_host"),
     [
-        (OutputPlacement("device"), 100, False, False),
-        (OutputPlacement("host"), 100, True, False),
-        (HOST_COPY, 100, True, True),
-        (OutputPlacement("auto", host_max_bytes=800), 100, True, False),  # 100 rows x 2 fp32 = 800 bytes
-        (OutputPlacement("auto", host_max_bytes=800), 101, False, False),
+        (OutputPlacement("device"), 100, False),
+        (OutputPlacement("host"), 100, True),
+        (OutputPlacement("auto", host_max_bytes=800), 100, True),  # 100 rows x 2 fp32 = 800 bytes
+        (OutputPlacement("auto", host_max_bytes=800), 101, False),
     ],
 )
-def test_host_outputs_are_written_into_pinned_memory_by_the_model_and_copied_only_with_copy(
-    placement: OutputPlacement, rows: int, on_host: bool, copied: bool
+def test_output_placement_costs_one_device_to_host_copy_exactly_when_outputs_go_to_the_host(
+    placement: OutputPlacement, rows: int, on_host: bool
 ) -> None:
-    """Host placement: ORT's kernels write the answer straight into the plan's pinned buffers (no memcpy
-    at all, by CUPTI); with host_writes 'copy', ORT writes on the device and one DtoH copy follows."""
     stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     where = Placement("cuda", 0, stream.cuda_stream)
     runner = IOBindingRunner(
@@ -188,11 +177,8 @@ def test_host_outputs_are_written_into_pinned_memory_by_the_model_and_copied_onl
         binds_before = runner.stats.binds
         out = served_run()["np_logits"]
     stream.synchronize()
-    assert copies == (["Memcpy DtoH (Device -> Pinned)"] if copied else []), copies
+    assert copies == (["Memcpy DtoH (Device -> Pinned)"] if on_host else []), copies
     assert (out.device.type, out.is_pinned()) == (("cpu", True) if on_host else ("cuda", False))
-    assert runner.writes_host_outputs_directly == (placement.host_writes == "direct")
-    assert runner.stats.device_to_host_copies == (3 if copied else 0)
-    assert runner.stats.host_output_runs == (3 if on_host else 0)
     assert runner.stats.binds == binds_before + 1  # the plan's outputs stay bound: only the input is bound
     want = cpu_reference(demo_onnx(), {"np_script_embeddings": x})["np_logits"]
     np.testing.assert_allclose(out.cpu().numpy(), want, **TF32)
@@ -214,7 +200,7 @@ def test_host_outputs_of_several_runs_in_one_execute_stay_intact_until_the_next_
             np.testing.assert_allclose(out.numpy(), want, **TF32)
 
 
-@pytest.mark.parametrize("placement", ["device", "host", "host-copy"])
+@pytest.mark.parametrize("placement", ["device", "host"])
 def test_cuda_graphs_replay_right_answers_for_each_shape(placement: str) -> None:
     stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     options = ModelOptions(cuda_graph=True)
@@ -222,7 +208,7 @@ def test_cuda_graphs_replay_right_answers_for_each_shape(placement: str) -> None
     runner = IOBindingRunner(
         create_session(demo_onnx(), options, where),
         where,
-        output_placement=placement_named(placement),
+        output_placement=OutputPlacement(placement),
         cuda_graph=True,
     )
     xs = {rows: torch.randn(rows, 2010, device="cuda") for rows in (4, 100)}
@@ -269,14 +255,14 @@ def padded_graph_runner(stream: torch.cuda.Stream, placement: str) -> IOBindingR
     runner = IOBindingRunner(
         create_session(demo_onnx(), ModelOptions(cuda_graph=True), where),
         where,
-        output_placement=placement_named(placement),
+        output_placement=OutputPlacement(placement),
         cuda_graph=True,
     )
     assert runner.pad_graph_batches(1024)
     return runner
 
 
-@pytest.mark.parametrize("placement", ["device", "host", "host-copy"])
+@pytest.mark.parametrize("placement", ["device", "host"])
 def test_padded_graphs_answer_every_batch_size_of_their_bucket(placement: str) -> None:
     """With batches padded (pad_graph_batches), six batch sizes take three graphs (buckets 4, 8 and 128),
     and every run's answer, of its own rows only, is ORT's on CPU, captured or replayed. The answer of a
@@ -300,7 +286,7 @@ def test_padded_graphs_answer_every_batch_size_of_their_bucket(placement: str) -
         assert all(out is outs[1] for out in outs[2:]), f"{rows} rows: a new view at each run"
 
 
-@pytest.mark.parametrize("placement", ["device", "host", "host-copy"])
+@pytest.mark.parametrize("placement", ["device", "host"])
 def test_gathered_requests_are_concatenated_into_their_bucket_graphs_input_buffer(
     placement: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -410,9 +396,8 @@ def _concurrent_answers_are_right(url: str, models: tuple[str, ...]) -> dict[str
 def test_cuda_shm_requests_through_tritonserver_copy_only_what_the_output_placement_asks(
     tmp_path: Path,
 ) -> None:
-    """CUDA-shm input, device placement: 0 host<->device copies. Auto placement of a 512-byte output: the
-    output on the host and still 0 copies (the model's kernels write it into pinned memory). A numpy
-    request: 1 host-to-device staging copy. Answers right in all."""
+    """CUDA-shm input, device placement: 0 host<->device copies. Auto placement of a 512-byte output:
+    exactly 1 device-to-host copy. A numpy request: 1 host-to-device staging copy. Answers right in all."""
     import tritonclient.grpc as grpcclient
 
     from triton_ort.cli.cuda_shm import CudaShmIO
@@ -456,16 +441,15 @@ def test_cuda_shm_requests_through_tritonserver_copy_only_what_the_output_placem
     assert device.input_devices == ["cuda:0"] and not device.outputs_on_host, device
     assert (device.host_to_device_copies, device.device_to_host_copies) == (0, 0), device
     assert auto.input_devices == ["cuda:0"] and auto.outputs_on_host, auto
-    # auto puts the small output on the host: the model's kernels write it there, no copy is made
-    assert (auto.host_to_device_copies, auto.device_to_host_copies) == (0, 0), auto
+    assert (auto.host_to_device_copies, auto.device_to_host_copies) == (0, 1), auto
     assert numpy_request.input_devices == ["cpu"], numpy_request
-    assert (numpy_request.host_to_device_copies, numpy_request.device_to_host_copies) == (1, 0)
+    assert (numpy_request.host_to_device_copies, numpy_request.device_to_host_copies) == (1, 1)
     assert concurrent["gathered"], "no execute gathered several requests: the split was not exercised"
     # CUPTI's count of every host<->device memcpy in the model process during each execute():
     assert cupti[:3] == [
         {"HtoD": 0, "DtoH": 0},
-        {"HtoD": 0, "DtoH": 0},
-        {"HtoD": 1, "DtoH": 0},
+        {"HtoD": 0, "DtoH": 1},
+        {"HtoD": 1, "DtoH": 1},
     ], f"CUPTI copies (device placement, auto placement, numpy request): {cupti}"
 
 
@@ -513,7 +497,7 @@ def test_a_cuda_session_writes_no_ort_warning_at_our_default_level(capfd: pytest
     assert "[W:onnxruntime" not in printed.err and "\x1b" not in printed.err + printed.out, printed.err
 
 
-@pytest.mark.parametrize("mode", ["device", "host", "host-copy"])
+@pytest.mark.parametrize("mode", ["device", "host"])
 def test_empty_outputs_on_the_gpu_are_empty_answers_the_python_backend_accepts(
     tmp_path: Path, mode: str
 ) -> None:
@@ -530,7 +514,7 @@ def test_empty_outputs_on_the_gpu_are_empty_answers_the_python_backend_accepts(
     ]
     for path, inputs, name, shape in runs:
         runner = IOBindingRunner(
-            create_session(path, ModelOptions(), placement), placement, output_placement=placement_named(mode)
+            create_session(path, ModelOptions(), placement), placement, output_placement=OutputPlacement(mode)
         )
         runner.begin_execute()
         with on_stream(stream):

@@ -19,11 +19,9 @@ def test_values_are_parsed_and_backend_keys_ignored() -> None:
             "gather_requests": "0",
             "output_placement": "device",
             "host_output_max_bytes": "4096",
-            "host_output_writes": "copy",
         }
     )
     assert (options.output_placement, options.host_output_max_bytes) == ("device", 4096)
-    assert (options.host_output_writes, ModelOptions().host_output_writes) == ("copy", "direct")
     assert options.onnx_file == "net.onnx"
     assert options.allow_cpu_fallback is True
     assert options.gpu_mem_limit == 1 << 30
@@ -43,7 +41,6 @@ def test_values_are_parsed_and_backend_keys_ignored() -> None:
         ({"onnx_file": " "}, "parameter 'onnx_file' is empty"),
         ({"output_placement": "gpu"}, "parameter 'output_placement': 'gpu' is not one of auto, device, host"),
         ({"host_output_max_bytes": "1MB"}, "parameter 'host_output_max_bytes': '1MB' is not a whole number"),
-        ({"host_output_writes": "mapped"}, "'host_output_writes': 'mapped' is not one of direct, copy"),
     ],
 )
 def test_bad_parameters_name_key_value_and_expectation(parameters: dict[str, str], message: str) -> None:

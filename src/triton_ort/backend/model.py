@@ -8,7 +8,7 @@ tensors and torch through DLPack, and maps errors onto per-request TritonErrors.
 
 Data path: request -> pb_utils.Tensor -> DLPack -> torch (no copy; on the GPU when Triton delivers it there)
 -> ORT IO binding by pointer -> run on the instance's CUDA stream -> torch outputs on the device (or, when
-the output is small, written by ORT into pinned host memory: parameter output_placement) -> DLPack
+the output is small, one copy into pinned host memory: parameter output_placement) -> DLPack
 -> pb_utils.Tensor -> response.
 """
 
