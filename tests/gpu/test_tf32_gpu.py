@@ -1,7 +1,7 @@
 """fp32 precision on the GPU, served: ORT's CUDA EP runs fp32 MatMul/Gemm in TF32 by default (a 10-bit
 mantissa on Ampere and later), so served answers differ from ORT on the CPU in the third decimal; the
 native accelerator key `use_tf32: "0"` turns it off and the same model then answers within 1e-5 of the CPU.
-README, "Answers on the GPU: TF32"."""
+docs/gpu-hosts.md, "Answers on the GPU: TF32"."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_tf32_is_the_default_and_use_tf32_0_answers_as_the_cpu(tmp_path: Path) -
 
     from triton_ort.harness.server import LocalTritonServer
 
-    tf32_off = readme_blocks()["tf32"]  # the README's own lines
+    tf32_off = readme_blocks()["tf32"]  # the lines docs/gpu-hosts.md gives
     assert 'key: "use_tf32" value: "0"' in tf32_off, tf32_off
     repository = tmp_path / "repository"
     headline = 'backend: "onnxruntime_zerocopy"\nmax_batch_size: 64\n'
@@ -62,7 +62,7 @@ def test_tf32_is_the_default_and_use_tf32_0_answers_as_the_cpu(tmp_path: Path) -
             request.set_data_from_numpy(x)
             got[name] = client.infer(name, [request]).as_numpy("y")
     worst = {name: float(np.max(np.abs(out - want))) for name, out in got.items()}
-    print(f"max |served - CPU|: {worst}")  # the H200's figures go into the README
+    print(f"max |served - CPU|: {worst}")  # the H200's figures go into docs/gpu-hosts.md
     np.testing.assert_allclose(got["tf32_off"], want, **FP32_TOLERANCE, err_msg="use_tf32 0")
     np.testing.assert_allclose(got["tf32_default"], want, **TF32_TOLERANCE, err_msg="TF32 (default)")
     # TF32 really is the default on this GPU (Ampere or later): the option is what makes the difference.

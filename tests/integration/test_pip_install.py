@@ -1,8 +1,9 @@
-"""`pip install '<checkout>[cpu,client,server]'` into a fresh venv, as the README has a user do it on a CPU
-host (torch's CPU build first), then every command of the installed `triton-ort` from a folder outside the
-checkout: serve on the demo repository, health, infer, metadata, served-config, the offline config, and
-backend install. An import that no declared dependency or extra provides fails here (psutil did), and the
-tritonserver release a pip user gets is the one pyproject pins and the README names for this Python.
+"""`pip install '<checkout>[cpu,client,server]'` into a fresh venv, as the guide (docs/serving-your-model.md)
+has a user do it on a CPU host (torch's CPU build first), then every command of the installed `triton-ort`
+from a folder outside the checkout: serve on the demo repository, health, infer, metadata, served-config,
+the offline config, and backend install. An import that no declared dependency or extra provides fails here
+(psutil did), and the tritonserver release a pip user gets is the one pyproject pins and the guide names
+for this Python.
 
 It needs a package index (nvidia-pytriton comes from one) and is skipped without it, naming pip's answer.
 About 2 minutes on a 2-core machine: the two installs 65-75 s (pip's cache speeds up the downloads where
@@ -39,7 +40,7 @@ pytestmark = [
 ]
 
 EXTRAS = "cpu,client,server"
-# pyproject's server extra pins nvidia-pytriton per Python; the README says which tritonserver each gets.
+# pyproject's server extra pins nvidia-pytriton per Python; the guide says which tritonserver each gets.
 PYTRITON, TRITONSERVER = ("0.5.0", "2.41.0") if sys.version_info < (3, 12) else ("0.7.0", "2.51.0")
 # Where torch's CPU build comes from when pip finds no local wheel of it: the Makefile's TORCH_CPU_INDEX.
 TORCH_CPU_INDEX = os.environ.get("TORCH_CPU_INDEX", "https://download.pytorch.org/whl/cpu")
@@ -86,7 +87,7 @@ def _checkout_copy(target: Path) -> Path:
 
 
 def _torch_cpu() -> str:
-    """The CPU stack's torch pin (requirements-cpu.txt), the one README's CPU hosts has a user install."""
+    """The CPU stack's torch pin (requirements-cpu.txt), the one the guide has a CPU-host user install."""
     for line in (ROOT / "requirements-cpu.txt").read_text().splitlines():
         if line.startswith("torch=="):
             return line.split()[0]
@@ -103,7 +104,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venv]:
     probe = _pip(python, "install", "--dry-run", "--no-deps", "-q", f"nvidia-pytriton=={PYTRITON}")
     if probe.returncode != 0:
         pytest.skip(f"no package index with nvidia-pytriton {PYTRITON} here: {_pip_error(probe)[-300:]}")
-    # torch's CPU build first, as README's "CPU hosts" says (PyPI has only the CUDA build); from a local
+    # torch's CPU build first, as the guide says (PyPI has only the CUDA build); from a local
     # wheel where pip finds one, else from PyTorch's CPU index, as the Makefile does.
     torch = _torch_cpu()
     local = _pip(python, "install", "--dry-run", "--no-index", "--no-deps", "-q", torch)
@@ -136,7 +137,7 @@ def test_the_venv_holds_the_declared_stack_and_nothing_broken(venv: Venv) -> Non
     )
     assert versions.returncode == 0, versions.stderr
     pytriton, numpy, module = versions.stdout.split()
-    assert pytriton == PYTRITON  # what pyproject pins for this Python, and the README says
+    assert pytriton == PYTRITON  # what pyproject pins for this Python, and the guide says
     assert int(numpy.split(".")[0]) < 2  # the 23.12-24.10 stub breaks numpy outputs under numpy 2
     assert Path(module).is_relative_to(venv.prefix), module  # the installed package, not the checkout
     assert shell("command -v triton-ort", venv.workdir, venv.env).stdout.strip() == str(
@@ -164,7 +165,7 @@ def test_every_command_runs_from_the_installed_package(venv: Venv) -> None:
     log = venv.workdir / "serve.log"
     with serving(serve, venv.workdir, venv.env, http, log) as server:
         with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2", timeout=10) as reply:
-            assert json.load(reply)["version"] == TRITONSERVER  # the release README names for pip users
+            assert json.load(reply)["version"] == TRITONSERVER  # the release the guide names for pip users
 
         def command(line: str) -> subprocess.CompletedProcess[str]:
             done = shell(line, venv.workdir, venv.env, timeout_s=120)

@@ -1,6 +1,7 @@
-"""The README's "Serve your own ONNX model" recipe, run as written: its marked code blocks
+"""The recipes of the README and of docs/serving-your-model.md, run as written: their marked code blocks
 (`<!-- readme-test: NAME -->` before the fence) in a scratch directory outside the checkout, with the
-installed `triton-ort` command, against a real tritonserver."""
+installed `triton-ort` command, against a real tritonserver. The README's ten lines are the guide's run
+blocks, verbatim."""
 
 from __future__ import annotations
 
@@ -31,12 +32,48 @@ pytestmark = pytest.mark.integration
 BLOCK = re.compile(r"<!-- readme-test: (?P<name>[\w-]+) -->\n```\w*\n(?P<body>.*?)```", re.DOTALL)
 
 
+# Where the marked blocks live: the README, the guide it links for serving a model, and the GPU hosts page.
+PAGES = ("README.md", "docs/serving-your-model.md", "docs/gpu-hosts.md")
+# The guide's blocks that the README's ten lines are made of, in order.
+QUICKSTART_BLOCKS = ("layout", "serve", "try")
+
+
+def _blocks_by_page() -> dict[str, dict[str, str]]:
+    return {page: {m["name"]: m["body"] for m in BLOCK.finditer((ROOT / page).read_text())} for page in PAGES}
+
+
 def readme_blocks() -> dict[str, str]:
-    return {m["name"]: m["body"] for m in BLOCK.finditer((ROOT / "README.md").read_text())}
+    """Every marked block of the pages, by name (a name is marked once across them)."""
+    blocks: dict[str, str] = {}
+    for page, found in _blocks_by_page().items():
+        twice = set(found) & set(blocks)
+        assert not twice, f"{page}: a block name is marked twice: {twice}"
+        blocks.update(found)
+    return blocks
 
 
 def test_readme_blocks_are_marked() -> None:
-    assert set(readme_blocks()) >= {"config", "layout", "completed", "serve", "expected", "check"}
+    assert set(readme_blocks()) >= {
+        "config",
+        "quickstart",
+        "layout",
+        "completed",
+        "serve",
+        "try",
+        "expected",
+        "check",
+        "tf32",
+    }
+
+
+def test_the_readmes_ten_lines_are_the_guides_run_blocks() -> None:
+    """The README's short version is the guide's layout, serve and try blocks, line for line: what the
+    recipe test runs is what a README reader types."""
+    blocks = readme_blocks()
+    quickstart = blocks["quickstart"].splitlines()
+    assert len(quickstart) <= 10
+    assert quickstart == [line for name in QUICKSTART_BLOCKS for line in blocks[name].splitlines()]
+    assert "quickstart" in _blocks_by_page()["README.md"] and "config" in _blocks_by_page()["README.md"]
 
 
 def _checkout_files() -> set[str]:
@@ -90,6 +127,12 @@ def test_serve_your_own_onnx_model_recipe(tmp_path: Path, model: str) -> None:
     )
     with serving(serve, tmp_path, env, http_port, tmp_path / "serve.log") as server:
         served = _served_config(http_port, "my_model")
+        tried = shell(
+            blocks["try"].replace("triton-ort infer", f"triton-ort infer --url 127.0.0.1:{http_port}"),
+            tmp_path,
+            env,
+        )
+        assert tried.returncode == 0, tried.stdout + tried.stderr
         expected = shell(f"python - <<'PY'\n{blocks['expected']}PY", tmp_path, env)
         assert expected.returncode == 0, expected.stderr
         with np.load(tmp_path / "inputs.npz") as archive:  # every input of the file, by name and type

@@ -1,5 +1,6 @@
-"""The repository's text stands on its own: no path or link that leaves the checkout, and every relative
-Markdown link resolves. A user has only the clone."""
+"""The repository's text stands on its own: no path or link that leaves the checkout, every relative
+Markdown link resolves to a file and a heading that exist, and the text speaks to users: no issue numbers,
+lettered measurement calls or development sessions. A user has only the clone."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def offending_lines(pattern: re.Pattern[str]) -> list[str]:
 
 def test_the_checks_see_the_repository() -> None:
     names = {path.relative_to(ROOT).as_posix() for path in tracked_text_files()}
-    assert {"README.md", "Makefile", "docs/gpu-host.md", "client/cli.py"} <= names
+    assert {"README.md", "Makefile", "docs/gpu-host.md", "client/smoke.py", "CHANGELOG.md"} <= names
 
 
 @pytest.mark.parametrize(
@@ -110,6 +111,129 @@ def test_relative_markdown_links_resolve() -> None:
             if not resolved.exists() or not resolved.is_relative_to(ROOT):
                 broken.append(f"{path.relative_to(ROOT)}: {target}")
     assert broken == []
+
+
+FENCE = re.compile(r"^(```|~~~).*?^\1", re.DOTALL | re.MULTILINE)
+HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+
+
+def heading_anchors(text: str) -> set[str]:
+    """The anchors GitHub makes of a page's headings (lowercase; punctuation but `-` and `_` dropped; spaces
+    to `-`; a repeated heading gets `-1`, `-2`, ...), outside fenced code blocks."""
+    anchors: set[str] = set()
+    for heading in HEADING.findall(FENCE.sub("", text)):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchor, n = slug, 0
+        while anchor in anchors:
+            n += 1
+            anchor = f"{slug}-{n}"
+        anchors.add(anchor)
+    return anchors
+
+
+@pytest.mark.parametrize(
+    ("heading", "anchor"),
+    [
+        ("## No registry: `make up-local`", "no-registry-make-up-local"),
+        (
+            '## Troubleshooting: "There\'s no data transfer registered"',
+            "troubleshooting-theres-no-data-transfer-registered",
+        ),
+        ("## CPU: 2-core development machine", "cpu-2-core-development-machine"),
+        ("### Answers on the GPU: TF32", "answers-on-the-gpu-tf32"),
+    ],
+)
+def test_anchors_are_made_as_github_makes_them(heading: str, anchor: str) -> None:
+    assert anchor in heading_anchors(heading)
+
+
+def test_anchors_of_markdown_links_name_a_heading() -> None:
+    """`page.md#anchor` and `#anchor`: the heading is there (a renamed section breaks no link silently)."""
+    broken = []
+    for path in tracked_text_files():
+        if path.suffix != ".md":
+            continue
+        for target in MARKDOWN_LINK.findall(path.read_text()):
+            if re.match(r"[a-z]+:", target) or "#" not in target:
+                continue
+            page, _, anchor = target.partition("#")
+            linked = (path.parent / page).resolve() if page else path
+            if (
+                linked.suffix == ".md"
+                and linked.is_file()
+                and anchor not in heading_anchors(linked.read_text())
+            ):
+                broken.append(f"{path.relative_to(ROOT)}: {target}")
+    assert broken == []
+
+
+def test_the_readme_opens_with_the_two_commands_and_stays_short() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines; details belong in docs/"
+    opening = "\n".join(lines[:6])
+    assert "make run" in opening and "make test" in opening
+    assert len((ROOT / "docs" / "benchmarks.md").read_text().splitlines()) <= 250
+
+
+# Words of the project's development, not of its use: an issue by number, a lettered measurement call
+# ("call J", "calls A-C"), a development session or its device time. ONNX Runtime's sessions
+# (InferenceSession, "the session's outputs") and references to other projects' issues by repository
+# (`python_backend#381`, `.../issues/6000`) are ordinary words here.
+ISSUE_NUMBER = re.compile(r"(?i)(?<![\w/])issues?[ _-]?#?\d+")
+LETTERED_CALL = re.compile(r"\b[Cc]alls? [A-Z](?:\d+|-[A-Z])?(?![\w(.])")
+ORDINAL = (
+    r"first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|\d+(?:st|nd|rd|th)"
+)
+DEVELOPMENT_SESSION = re.compile(
+    rf"(?i)\b(?:{ORDINAL}|development|dev) sessions?\b|\bsession'?s? (?:gpu|device) time\b"
+    r"|\bdevice[ -]time\b|\bdevice calls?\b"
+)
+DEVELOPMENT_WORDS = (ISSUE_NUMBER, LETTERED_CALL, DEVELOPMENT_SESSION)
+# Where the project speaks to its users: the docs, the changelog, the code, its tools and tests.
+USER_FACING = ("README.md", "CHANGELOG.md", "docs/", "src/", "client/", "tests/", "diagnostics/")
+
+
+@pytest.mark.parametrize(
+    ("text", "development"),
+    [
+        ("issue 31's targets, final", True),
+        ("see issue #31", True),
+        ("[x](benchmarks.md#issue-31s-targets)", True),
+        ("Issue 18's targets", True),
+        ("call J: host outputs", True),
+        ("calls A-C, then call D", True),
+        ("the call G1 clock", True),
+        ("(twelfth session)", True),
+        ("this session's device time", True),
+        ("the session's GPU time was spent", True),
+        ("one device call, 260 s", True),
+        ("the 3rd session", True),
+        ("InferenceSession(path)", False),
+        ("the session's outputs", False),
+        ("an ORT session per instance", False),
+        ("each session created with the CUDA EP", False),
+        ("python_backend#381", False),
+        ("https://github.com/triton-inference-server/server/issues/6000", False),
+        ("Call a hook; what it raises becomes the error", False),
+        ("the GPU's own time (CUDA events)", False),
+        ("one call per execute", False),
+    ],
+)
+def test_the_development_words_are_caught_precisely(text: str, development: bool) -> None:
+    assert any(pattern.search(text) for pattern in DEVELOPMENT_WORDS) is development
+
+
+def test_no_issue_numbers_lettered_calls_or_development_sessions() -> None:
+    """The docs, the code, its tools and its tests speak of the project to its users."""
+    found = []
+    for path in tracked_text_files():
+        name = path.relative_to(ROOT).as_posix()
+        if path == Path(__file__).resolve() or not name.startswith(USER_FACING):
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if any(pattern.search(line) for pattern in DEVELOPMENT_WORDS):
+                found.append(f"{name}:{number}: {line.strip()}")
+    assert found == []
 
 
 def requests_argument(path: Path) -> int:
