@@ -226,7 +226,7 @@ def pytriton_server(onnx_path: Path, name: str) -> Iterator[str]:
         command = [
             sys.executable,
             "-m",
-            "client.bench_pytriton_server",
+            "client.anchors.pytriton_server",
             "--onnx",
             str(onnx_path),
             "--name",
