@@ -1,11 +1,15 @@
-"""The benchmark repository that scripts/build_models.py --bench writes holds every model client.bench serves,
-each through a model.py that exists (ours, or an anchor of client/anchors/)."""
+"""The benchmark and the diagnostics as laid out: the benchmark repository that
+scripts/build_models.py --bench writes holds every model client.bench serves, each through a model.py that
+exists (ours, or an anchor of client/anchors/); client/ never imports diagnostics/, and the diagnostics
+import nothing from each other or from scripts/ (what they share is client/bench_common.py)."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 import sys
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -42,3 +46,25 @@ def test_every_model_the_benchmark_serves_is_built_from_a_model_py_that_exists(m
     assert missing == [], "client.bench serves these, scripts/build_models.py --bench does not build them"
     for name, serving in variants.items():
         assert serving.model_py.is_file(), f"{name}: {serving.model_py}"
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+    return found
+
+
+def test_client_and_the_diagnostics_import_along_the_layout() -> None:
+    for path in sorted((ROOT / "client").rglob("*.py")):
+        wrong = {m for m in imported_modules(path) if m.split(".")[0] in ("diagnostics", "scripts")}
+        assert not wrong, f"{path.relative_to(ROOT)} imports {wrong}"
+    diagnostics = sorted((ROOT / "diagnostics").glob("*.py"))
+    assert len(diagnostics) > 1
+    for path in diagnostics:
+        wrong = {m for m in imported_modules(path) if m.split(".")[0] in ("diagnostics", "scripts")}
+        assert not wrong, f"{path.relative_to(ROOT)} imports {wrong}"
