@@ -109,16 +109,9 @@ bench: $(VENV_STAMP) ## benchmark ours against the floor, naive and PyTriton anc
 	$(PYTHON) -m client.bench --models $(BENCH_MODELS) --profile $(BENCH_MPS) --out results/bench-$(BENCH_NAME).json
 	$(PYTHON) -m client.bench_plot results/bench-$(BENCH_NAME).json results/bench-$(BENCH_NAME).png
 
-.PHONY: profile
-profile: $(VENV_STAMP) ## where an execute's time goes inside the real stub: ours, naive, null models (py-spy; docs/benchmarks.md)
-	rm -rf bench_repository
-	@test -x "$(dir $(PYTHON))py-spy" || $(PYTHON) -m pip install -q py-spy==0.4.1
-	$(PYTHON) scripts/build_models.py --bench --out bench_repository --models $(BENCH_MODELS)
-	$(PYTHON) -m client.profile_stub --models $(BENCH_MODELS) --json results/profile-$(BENCH_NAME).json
-
 .PHONY: bench-hooks
-bench-hooks: models ## what pre/post-processing hooks cost per execute, in-process (docs/benchmarks.md, Hooks)
-	$(PYTHON) -m client.bench_hooks --json results/bench-hooks-$(BENCH_NAME).json
+bench-hooks: models ## what pre/post-processing hooks cost per execute, in-process (diagnostics/README.md)
+	$(PYTHON) -m diagnostics.bench_hooks --json results/bench-hooks-$(BENCH_NAME).json
 
 .PHONY: soak
 soak: models ## the long soak: 600k good and malformed requests at concurrency 64, answers and memory checked
@@ -136,8 +129,8 @@ audit: $(VENV_STAMP) ## dependency audit of every pinned requirement (pip-audit;
 
 .PHONY: lint
 lint: $(VENV_STAMP) ## ruff and mypy
-	$(PYTHON) -m ruff check src client scripts tests model_repository docker/checks
-	$(PYTHON) -m ruff format --check src client scripts tests model_repository docker/checks
+	$(PYTHON) -m ruff check src client diagnostics scripts tests model_repository docker/checks
+	$(PYTHON) -m ruff format --check src client diagnostics scripts tests model_repository docker/checks
 	$(PYTHON) -m mypy
 
 .PHONY: test

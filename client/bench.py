@@ -4,9 +4,12 @@ per-stage times, JSON results and a ratio table.
     python -m client.bench --models demo mlp4096 --out results/bench-gpu.json        # GPU host
     python -m client.bench --models demo mlp1024 --out results/bench-cpu.json        # CPU only
 
-Anchors, measured in the same run on the same batch:
+Anchors, measured in the same run on the same batch (the served ones are client/anchors/):
   floor    in-process ORT IO binding on torch tensors (no server at all)
   ours     model_repository's model.py behind tritonserver (CUDA shared memory on GPUs, numpy over gRPC)
+  null     zeros without ORT behind the same tritonserver: the python backend's own floor (null-host; on
+           a GPU also null-device and null-kernel)
+  plain    the simplest zero-copy model.py a user would write (GPU hosts)
   naive    the tutorial model (as_numpy -> session.run -> numpy) behind the same tritonserver
   pytriton nvidia-pytriton serving the same ORT IO-binding function (numpy over gRPC; it has no GPU path)
 
@@ -226,7 +229,7 @@ def pytriton_server(onnx_path: Path, name: str) -> Iterator[str]:
         command = [
             sys.executable,
             "-m",
-            "client.bench_pytriton_server",
+            "client.anchors.pytriton_server",
             "--onnx",
             str(onnx_path),
             "--name",

@@ -1,8 +1,6 @@
-"""What the benchmarks share (bench, ab, profile_stub, bench_hooks, bench_gather, bench_instances,
-bench_memory, bench_many_models, bench_graphs, stub_clock): the models' batch sizes, the served-model harness,
-the one-client load loop, the `_timed` variants' stub clocks, memory readings, the host description, tables
-and JSON reports.
-The siblings import from here, never from each other or from scripts/."""
+"""What the benchmark (client.bench) and the diagnostics (diagnostics/) share: the models' batch sizes, the
+served-model harness, the one-client load loop, memory readings, the host description, tables and JSON
+reports. They import from here, never from each other or from scripts/."""
 
 from __future__ import annotations
 
@@ -16,7 +14,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,122 +81,21 @@ def check_answer(served: str, work: Workload, ask: Callable[[], dict[str, Any]])
         raise SystemExit(f"{served}: WRONG ANSWER: {problems}")
 
 
-# A `_timed` variant's stub clock, as client/bench_timed_model.py writes it (a benchmark model.py, copied into
-# the repository, so it shares no module with this one; tests/unit/test_stub_clock.py holds the two together).
-FILE_PREFIX = "execute-clock-"
-HEADER_BYTES = 128
-RING = 1 << 16
-TOTALS = (
-    "executes",
-    "requests",
-    "inside_ns",
-    "gc_runs",
-    "gc_ns",
-    "gc_full_runs",
-    "gc_full_ns",
-    "ort_runs",
-    "bind_ns",
-    "ort_run_ns",
-    "to_host_ns",
-)
-# Totals given per execute (µs, or counts), and ours' library timers (per execute, where ORT ran).
-PER_EXECUTE = {
-    "gc_ns": "gc_us",
-    "gc_runs": "gc_runs",
-    "gc_full_ns": "gc_full_us",
-    "gc_full_runs": "gc_full_runs",
-}
-LIBRARY_STEPS = {"bind_ns": "bind_us", "ort_run_ns": "ort_run_us", "to_host_ns": "to_host_us"}
-
-
-@dataclass(frozen=True)
-class StubClock:
-    """One stub's clock file: its running totals (TOTALS) and the executes still in its ring, (start, end,
-    requests)."""
-
-    totals: dict[str, int]
-    entries: np.ndarray[Any, np.dtype[np.int64]]
-
-    @property
-    def executes(self) -> int:
-        return self.totals["executes"]
-
-    @property
-    def requests(self) -> int:
-        return self.totals["requests"]
-
-    @property
-    def inside_ns(self) -> int:
-        return self.totals["inside_ns"]
-
-    @classmethod
-    def read(cls, path: Path) -> StubClock:
-        raw = np.fromfile(path, dtype="<i8")
-        totals = dict(zip(TOTALS, (int(v) for v in raw[: len(TOTALS)]), strict=True))
-        executes = totals["executes"]
-        ring = raw[HEADER_BYTES // 8 :].reshape(RING, 3)
-        kept = min(executes, RING)
-        order = np.arange(executes - kept, executes) % RING  # oldest first
-        return cls(totals, ring[order])
-
-    def since(self, then: StubClock | None) -> np.ndarray[Any, np.dtype[np.int64]]:
-        """The ring's executes after `then` (an earlier reading of the same stub; None: all kept)."""
-        new = self.executes - (then.executes if then else 0)
-        return self.entries[len(self.entries) - min(new, len(self.entries)) :]
-
-
-def read_clocks(model_dir: Path) -> dict[str, StubClock]:
-    """The clock of every stub serving a model (its folder in the repository), by file name."""
-    return {path.name: StubClock.read(path) for path in sorted(model_dir.glob(f"{FILE_PREFIX}*.bin"))}
-
-
-def clock_between(before: dict[str, StubClock], after: dict[str, StubClock]) -> dict[str, float]:
-    """Between two readings, summed over the stubs: executes; µs inside execute() per execute (mean, and
-    median from the rings); the stubs' garbage collections per execute; and where ORT ran (ours), the
-    library's timers per execute."""
-    gained = dict.fromkeys(TOTALS, 0)
-    durations = []
-    for name, now in after.items():
-        then = before.get(name)
-        for key in TOTALS:
-            gained[key] += now.totals[key] - (then.totals[key] if then else 0)
-        starts, ends, _ = now.since(then).T
-        durations.append(ends - starts)
-    executes = gained["executes"]
-    if not executes:
-        return {"executes": 0, "execute_us": 0.0}
-    joined = np.concatenate(durations) if durations else np.empty(0)
-    clock = {
-        "executes": executes,
-        "execute_us": gained["inside_ns"] / executes / 1e3,
-        "execute_p50_us": float(np.median(joined)) / 1e3 if len(joined) else 0.0,
-    }
-    for key, label in PER_EXECUTE.items():
-        clock[label] = gained[key] / executes / (1e3 if key.endswith("_ns") else 1)
-    if gained["ort_runs"]:
-        clock |= {label: gained[key] / executes / 1e3 for key, label in LIBRARY_STEPS.items()}
-    return clock
-
-
 def measure_point(
     url: str,
     served: str,
     work: Workload,
     concurrency: int,
     args: argparse.Namespace,
-    model_dir: Path | None = None,
 ) -> dict[str, Any]:
     """One served point after an answer check (null models answer zeros: not checked): p50, rate, Triton's
     stages and requests per execute over `args.seconds`, at concurrency 1 from this process and above it
-    from `args.client_processes` load processes (client.load). A `_timed` variant's stubs (the model's
-    folder, `model_dir`) add `stub_clock`: µs per execute inside execute() by their clock, compute_infer
-    per execute, and `outside`, the difference."""
+    from `args.client_processes` load processes (client.load)."""
     client = grpcclient.InferenceServerClient(url)
     transport = transport_for_ours()
     with request_workers(client, served, transport, work, 1) as (workers, ask):
         check_answer(served, work, ask)
         before = ModelStatistics.read(client, served)
-        clocks = read_clocks(model_dir) if model_dir else {}
         if concurrency == 1:
             timing = argparse.Namespace(warmup=args.warmup, duration=args.seconds, min_requests=20)
             latencies, wall = sync_load(client, served, workers[0], timing)
@@ -216,11 +112,6 @@ def measure_point(
         "stages_us": after.stage_us(before),
         "requests_per_execute": (after.requests - before.requests) / max(executes, 1),
     }
-    if clocks and model_dir:
-        clock = clock_between(clocks, read_clocks(model_dir))
-        compute = (after.execute_compute_infer_ns - before.execute_compute_infer_ns) / max(executes, 1) / 1e3
-        clock |= {"compute_infer_us": compute, "outside_us": compute - clock["execute_us"]}
-        point["stub_clock"] = clock
     return point
 
 

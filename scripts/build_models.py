@@ -6,15 +6,16 @@
 Weights come from a fixed seed, so every build writes the same graph and the same numbers; the .onnx files
 are build outputs and are not committed. With --bench, each model is written into a benchmark repository
 several times: served by our zero-copy model.py (`<name>`), with each output placement forced
-(`<name>_device`, `<name>_host`), by the naive tutorial model (`<name>_naive`), by the transport-floor
-models that return zeros without running ORT (`<name>_null_host`, `<name>_null_device`), and with the
-instance counts and queue delays of the sweep (`<name>_i<count>_d<microseconds>`).
+(`<name>_device`, `<name>_host`) and with CUDA graphs (`<name>_graph`), by the benchmark's anchors in
+client/anchors/ (the naive tutorial model `<name>_naive`, the simplest zero-copy model `<name>_plain`, the
+transport-floor models that return zeros without running ORT `<name>_null_host`, `<name>_null_device`,
+`<name>_null_kernel`), and with the instance counts and queue delays of the sweep
+(`<name>_i<count>_d<microseconds>`).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import shutil
 import warnings
@@ -54,10 +55,10 @@ MODELS: dict[str, tuple[Callable[[], torch.nn.Module], str, str, int]] = {
 
 ROOT = Path(__file__).resolve().parent.parent
 ZERO_COPY_MODEL_PY = ROOT / "model_repository" / "demo" / "1" / "model.py"
-NAIVE_MODEL_PY = ROOT / "client" / "bench_naive_model.py"
-NULL_MODEL_PY = ROOT / "client" / "bench_null_model.py"
-PLAIN_MODEL_PY = ROOT / "client" / "bench_plain_model.py"
-TIMED_MODEL_PY = ROOT / "client" / "bench_timed_model.py"
+ANCHORS = ROOT / "client" / "anchors"
+NAIVE_MODEL_PY = ANCHORS / "naive_model.py"
+NULL_MODEL_PY = ANCHORS / "null_model.py"
+PLAIN_MODEL_PY = ANCHORS / "plain_model.py"
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,6 @@ class Serving:
     instances: int = 1
     queue_delay_us: int = 0
     parameters: tuple[tuple[str, str], ...] = ()
-    timed: bool = False
-    """Served through client/bench_timed_model.py: each execute() timed inside the stub, by the clock."""
 
 
 # The configuration each benchmarked model ships with (instances, queue delay), chosen by the sweep
@@ -91,57 +90,21 @@ def bench_variants(name: str) -> dict[str, Serving]:
         merged = dict(SHIPPED_PARAMETERS.get(name, ())) | dict(parameters)
         return Serving(ZERO_COPY_MODEL_PY, count, queue_delay, tuple(merged.items()))
 
+    def null(output: str) -> Serving:
+        """The transport floor (client/anchors/null_model.py): zeros from `output`, no ORT."""
+        return Serving(NULL_MODEL_PY, instances, delay, (("null_output", output),))
+
     variants = {
         name: ours(),
         f"{name}_device": ours(("output_placement", "device")),
         f"{name}_host": ours(("output_placement", "host")),
         f"{name}_graph": ours(("cuda_graph", "true")),
-        f"{name}_nograph": ours(("cuda_graph", "false")),
-        # What the memory settings cost in speed (client.ab; their memory: client.bench_memory).
-        f"{name}_cuda_stack": ours(("cuda_stack_bytes", "0")),
-        f"{name}_same": ours(("arena_extend_strategy", "kSameAsRequested")),
         f"{name}_naive": Serving(NAIVE_MODEL_PY, instances, delay),
-        f"{name}_null_host": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "host"),)),
-        f"{name}_null_device": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "device"),)),
-        # What a host output's form costs Triton (client.profile_stub): torch CPU, pinned, via DLPack.
-        f"{name}_null_hostdl": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "hostdl"),)),
-        f"{name}_null_pinned": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "pinned"),)),
-        # What merely using the GPU in the stub costs around execute() (client.ab).
-        f"{name}_null_kernel": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "kernel"),)),
-        f"{name}_null_kernel_local": Serving(
-            NULL_MODEL_PY, instances, delay, (("null_output", "kernel_local"),)
-        ),
-        # Between null-kernel and ours, ours' GPU steps one by one (client/bench_null_model.py).
-        f"{name}_null_kstream": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "kernel_stream"),)),
-        f"{name}_null_cat": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "cat"),)),
-        f"{name}_null_catpin": Serving(NULL_MODEL_PY, instances, delay, (("null_output", "cat_pinned"),)),
-        # ORT's intra-op pool cut to one thread (GPU sessions keep ORT's default: one per core).
-        f"{name}_t1": ours(("intra_op_thread_count", "1")),
-        # The simplest zero-copy model.py, and each of our library's choices switched on in it alone.
         f"{name}_plain": Serving(PLAIN_MODEL_PY, instances, delay),
-        f"{name}_plain_own": Serving(PLAIN_MODEL_PY, instances, delay, (("stream", "own"),)),
-        f"{name}_plain_nosync": Serving(PLAIN_MODEL_PY, instances, delay, (("ort_sync", "off"),)),
-        f"{name}_plain_pinned": Serving(PLAIN_MODEL_PY, instances, delay, (("output", "pinned"),)),
-        f"{name}_plain_all": Serving(
-            PLAIN_MODEL_PY, instances, delay, (("stream", "own"), ("ort_sync", "off"), ("output", "pinned"))
-        ),
+        f"{name}_null_host": null("host"),
+        f"{name}_null_device": null("device"),
+        f"{name}_null_kernel": null("kernel"),
     }
-    # Each execute() timed inside the stub, by the clock (client.stub_clock, client.ab's `stub_clock`): ours,
-    # its graph-less twin, its floors, and null-catpin with ours' ORT session built and captured but never run
-    # per request.
-    timed = (
-        name,
-        f"{name}_nograph",
-        f"{name}_null_host",
-        f"{name}_null_kernel",
-        f"{name}_null_catpin",
-        f"{name}_null_catpin_ort",
-    )
-    variants[f"{name}_null_catpin_ort"] = Serving(
-        NULL_MODEL_PY, instances, delay, (("null_output", "cat_pinned_ort"),)
-    )
-    for base in timed:
-        variants[f"{base}_timed"] = dataclasses.replace(variants[base], timed=True)
     for count, queue_delay in SWEEP:
         variants[f"{name}_i{count}_d{queue_delay}"] = ours(count=count, queue_delay=queue_delay)
     return variants
@@ -205,11 +168,7 @@ def write_bench_models(
     for served_name, serving in bench_variants(name).items():
         version = out / served_name / "1"
         version.mkdir(parents=True, exist_ok=True)
-        if serving.timed:
-            shutil.copy(TIMED_MODEL_PY, version / "model.py")
-            shutil.copy(serving.model_py, version / "timed_inner.py")
-        else:
-            shutil.copy(serving.model_py, version / "model.py")
+        shutil.copy(serving.model_py, version / "model.py")
         if served_name != name:  # every variant shares the one ONNX file
             (version / "model.onnx").unlink(missing_ok=True)
             os.link(onnx_path, version / "model.onnx")  # a hard link: the 4096-wide MLP is 268 MB

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU test host's run (docs/gpu-host.md), in two calls: the tiers that can share the GPU side by side,
+# The GPU test host's run (docs/gpu-host.md), in two parts: the tiers that can share the GPU side by side,
 # then the memory-sensitive reliability tier alone (its soak judges memory floors, which other tests' load
 # beside it would move). The host's Python is used as it is (USE_HOST_PYTHON=1: the first python3 on PATH,
 # the one the python-backend stub follows; HOST_PYTHON=/path/to/python3 picks another).
@@ -33,15 +33,15 @@ if [ "$MODE" = bench ]; then
   "$PYTHON" -m client.smoke --local 2>&1 | tee "$OUT/smoke.log" || status=1
   "$PYTHON" scripts/build_models.py --bench --out bench_repository --models ${*:-demo mlp4096} > /dev/null || exit 1
   mps=$(command -v nvidia-cuda-mps-control >/dev/null && echo --mps)
-  # No --profile here (the debug server's per-step timers, about a minute more): `make profile` has them.
+  # No --profile here (the debug server's per-step timers, about a minute more): `make bench` has them.
   "$PYTHON" -m client.bench --models ${*:-demo mlp4096} $mps --out "$OUT/bench-gpu.json" \
     2>"$OUT/bench-progress.log" | tee "$OUT/bench.log" || status=1
   exit $status
 fi
 
 # tier -> its paths and pytest arguments. The multi-GPU file is scripts/gpu_multi_check.sh's. The
-# integration files run as two pytest processes (every other file each): one alone took 437 s there on
-# 2026-12-02, before the fourth round added about three minutes of files, and a device call has 580 s.
+# integration files run as two pytest processes (every other file each): one process for all of them took
+# 437 s on the GPU test host on 2026-12-02, and the files have grown since.
 mapfile -t INTEGRATION < <(ls tests/integration/test_*.py)
 EVEN=() ODD=()
 for i in "${!INTEGRATION[@]}"; do
@@ -58,7 +58,7 @@ declare -A ARGS=(
 if [ "$MODE" = tiers ]; then TIERS=(gpu integration integration2 unit); else TIERS=(reliability); fi
 
 declare -A PIDS SECONDS_OF
-# JUnit XML and timings beside $OUT, not in it: a device call brings back only a handful of files.
+# JUnit XML and timings beside $OUT, not in it: $OUT keeps to the logs and the summary.
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 started=$(date +%s)

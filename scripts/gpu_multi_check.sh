@@ -3,7 +3,7 @@
 # project into the host's Python (the one the python-backend stub follows), build the demo, run
 # tests/gpu/test_multi_gpu.py (contexts per GPU, nvidia-smi per stub, CUDA-shm copies across GPUs), then
 # the 1-vs-2-GPU throughput benchmark. Everything goes to $OUT; non-zero if anything failed.
-# Usage on the host, from the project root, after .gpu-wheels/device-install.sh:
+# Usage on the host, from the project root, with the GPU stack installed in that Python (docs/gpu-host.md):
 #   OUT=/some/dir bash scripts/gpu_multi_check.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-multi-out}
@@ -25,6 +25,6 @@ fi
 "$PYTHON" scripts/build_models.py --out model_repository --models demo
 status=0
 "$PYTHON" -m pytest -v -rs tests/gpu/test_multi_gpu.py -p no:cacheprovider 2>&1 | tee "$OUT/pytest-multi-gpu.log" || status=1
-"$PYTHON" -m client.bench_multi_gpu --json "$OUT/bench-multi-gpu.json" 2>&1 | tee "$OUT/bench-multi-gpu.log" || status=1
+"$PYTHON" -m diagnostics.bench_multi_gpu --json "$OUT/bench-multi-gpu.json" 2>&1 | tee "$OUT/bench-multi-gpu.log" || status=1
 echo "gpu_multi_check: exit $status (logs in $OUT)"
 exit $status

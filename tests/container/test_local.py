@@ -15,7 +15,6 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests import graphs
 from tests.container.conftest import (
     DOCKER,
     GRPC_URL,
@@ -29,6 +28,7 @@ from tests.container.conftest import (
     make,
     repository,
 )
+from tests.support import graphs
 
 TRITON_BASE = "nvcr.io/nvidia/tritonserver:23.12-py3"  # docker/Dockerfile's default TRITON_IMAGE
 

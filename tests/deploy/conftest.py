@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from tests.paths import ROOT
+from tests.support.paths import ROOT
 
 SCRIPTS = ROOT / "scripts"
 if str(SCRIPTS) not in sys.path:

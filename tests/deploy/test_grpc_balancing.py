@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from render_manifests import render
 
-from tests.paths import ROOT, SERVER_TOLERANCE, demo_onnx
+from tests.support.paths import ROOT, SERVER_TOLERANCE, demo_onnx
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.repository import pin_one_instance
 from triton_ort.harness.server import LocalTritonServer

@@ -21,7 +21,7 @@ from kubernetes_validate.utils import all_versions
 from packaging.version import Version
 from render_manifests import RenderError, render
 
-from tests.paths import ROOT
+from tests.support.paths import ROOT
 
 Manifest = dict[str, Any]
 

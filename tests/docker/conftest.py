@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from tests.paths import ROOT
+from tests.support.paths import ROOT
 
 CHECKS = ROOT / "docker" / "checks"
 if str(CHECKS) not in sys.path:

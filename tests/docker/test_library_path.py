@@ -22,7 +22,7 @@ import pytest
 from common import GPU_REQUIREMENTS, manylinux_platforms, pip_environment, read_pins
 from ort_loading import ProbeResult, entrypoint_environment, probe
 
-from tests.paths import ROOT
+from tests.support.paths import ROOT
 
 DOCKER = ROOT / "docker"
 CACHE = DOCKER / ".cache"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import rules
 
-from tests.paths import ROOT
+from tests.support.paths import ROOT
 
 DOCKER = ROOT / "docker"
 DOCKERFILE = (DOCKER / "Dockerfile").read_text()

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.paths import ROOT, demo_onnx
-from tests.repository import build_test_repository
+from tests.support.paths import ROOT, demo_onnx
+from tests.support.repository import build_test_repository
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.server import LocalTritonServer
 
@@ -25,7 +25,8 @@ def test_cli_cuda_shm_infer_matches_cpu_ort_and_refusals_stay_one_line(tmp_path:
     np.save(tmp_path / "x.npy", x)
     np.savez(tmp_path / "expected.npz", **reference_outputs(demo_onnx(), {"np_script_embeddings": x}))
     with LocalTritonServer(repository) as server:
-        base = [sys.executable, "-m", "client.cli", "--url", server.http_url, "infer", "demo", "--cuda-shm"]
+        triton_ort = str(Path(sys.executable).parent / "triton-ort")
+        base = [triton_ort, "infer", "--url", server.http_url, "demo", "--cuda-shm"]
         ok = subprocess.run(
             [
                 *base,

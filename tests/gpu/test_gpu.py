@@ -23,10 +23,10 @@ import torch
 from numpy.typing import NDArray
 from torch.profiler import ProfilerActivity, profile
 
-from tests import graphs
-from tests.dlpack_layout import python_backend_accepts
-from tests.paths import TF32_TOLERANCE, demo_onnx
-from tests.repository import build_test_repository
+from tests.support import graphs
+from tests.support.dlpack_layout import python_backend_accepts
+from tests.support.paths import TF32_TOLERANCE, demo_onnx
+from tests.support.repository import build_test_repository
 from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session, run_requests
 from triton_ort import runner as runner_module
 from triton_ort.copy_counter import cupti_counts_from_log

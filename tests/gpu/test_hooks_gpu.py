@@ -22,8 +22,14 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from tests.hooks_support import EXAMPLE, HANDOFF_REPOSITORY, expected_logits, expected_top_k, raw_features
-from tests.paths import Tolerance, demo_onnx
+from tests.support.hooks_support import (
+    EXAMPLE,
+    HANDOFF_REPOSITORY,
+    expected_logits,
+    expected_top_k,
+    raw_features,
+)
+from tests.support.paths import Tolerance, demo_onnx
 from triton_ort import ModelInstance
 from triton_ort.copy_counter import cupti_counts_from_log
 from triton_ort.harness.repository import read_config, write_config

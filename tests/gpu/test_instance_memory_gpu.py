@@ -1,15 +1,15 @@
 """What a GPU instance holds on the device: its CUDA context's per-thread stack limit is lowered at load
 (parameter cuda_stack_bytes, src/triton_ort/cuda_context.py), which frees that much local memory per
 instance, and the instance still answers. Each instance is measured in a fresh process, as a stub is one
-(client.bench_memory: nvidia-smi's per-process figure)."""
+(diagnostics.bench_memory: nvidia-smi's per-process figure)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from client.bench_memory import measure
-from tests.paths import MODEL_REPOSITORY
+from diagnostics.bench_memory import measure
+from tests.support.paths import MODEL_REPOSITORY
 from triton_ort.options import DEFAULT_CUDA_STACK_BYTES
 
 pytestmark = pytest.mark.gpu

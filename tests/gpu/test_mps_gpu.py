@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.paths import MODEL_REPOSITORY, TF32_TOLERANCE, demo_onnx
+from tests.support.paths import MODEL_REPOSITORY, TF32_TOLERANCE, demo_onnx
 
 pytestmark = pytest.mark.gpu
 TF32 = TF32_TOLERANCE  # ORT's CUDA EP computes fp32 GEMMs in TF32 by default

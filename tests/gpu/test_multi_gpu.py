@@ -29,7 +29,7 @@ import pytest
 import torch
 from numpy.typing import NDArray
 
-from tests.paths import ROOT, TF32_TOLERANCE, demo_onnx
+from tests.support.paths import ROOT, TF32_TOLERANCE, demo_onnx
 from triton_ort.copy_counter import cupti_counts_from_log, device_copy_counts_from_log
 from triton_ort.harness.repository import read_config, write_config
 from triton_ort.harness.server import LocalTritonServer

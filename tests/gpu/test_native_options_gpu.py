@@ -10,7 +10,7 @@ import pytest
 import torch
 from numpy.typing import NDArray
 
-from tests.paths import demo_onnx
+from tests.support.paths import demo_onnx
 from triton_ort import IOBindingRunner, ModelOptions, Placement, ProviderError, create_session
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.options import parse_options

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.repository import build_test_repository
+from tests.support.repository import build_test_repository
 from triton_ort.harness.server import LocalTritonServer
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from client.bench_plot import draw
-from tests.paths import ROOT
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from tests.paths import DEMO_MAX_BATCH, ROOT, SERVER_TOLERANCE, demo_onnx
+from tests.support.paths import DEMO_MAX_BATCH, ROOT, SERVER_TOLERANCE, demo_onnx
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.server import LocalTritonServer, free_port, gpu_present
 
@@ -27,9 +27,19 @@ def run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def cli(server: LocalTritonServer, *args: str, protocol: str = "http") -> subprocess.CompletedProcess[str]:
+TRITON_ORT = str(Path(sys.executable).parent / "triton-ort")
+"""The installed command (the package's console script)."""
+
+
+def triton_ort(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([TRITON_ORT, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def cli(
+    server: LocalTritonServer, command: str, *args: str, protocol: str = "http"
+) -> subprocess.CompletedProcess[str]:
     url = server.http_url if protocol == "http" else server.grpc_url
-    return run("client.cli", "--protocol", protocol, "--url", url, *args)
+    return triton_ort(command, "--protocol", protocol, "--url", url, *args)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], status: int, *words: str) -> None:
@@ -139,7 +149,7 @@ def test_an_unknown_model_is_one_line(server: LocalTritonServer, protocol: str) 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_no_server_is_one_line(protocol: str) -> None:
     url = f"127.0.0.1:{free_port()}"
-    result = run("client.cli", "--protocol", protocol, "--url", url, "infer", "demo")
+    result = triton_ort("infer", "--protocol", protocol, "--url", url, "demo")
     assert_one_line_error(result, 1, protocol, url, "refused")
 
 
@@ -167,7 +177,7 @@ def test_a_url_that_is_not_host_port_is_refused_before_connecting(
 ) -> None:
     # gRPC would dial 127.0.0.1:99999 as port 34463, and tritonclient's refusal of a scheme ends in a
     # traceback from its destructor
-    result = run("client.cli", "--protocol", protocol, "--url", url, "metadata", "demo")
+    result = triton_ort("metadata", "--protocol", protocol, "--url", url, "demo")
     assert_one_line_error(result, 2, *words)
 
 
@@ -177,9 +187,8 @@ def test_cuda_shm_without_cuda_is_one_line(server: LocalTritonServer) -> None:
 
 
 def test_the_installed_command_sends_a_request_and_summarises_the_output(server: LocalTritonServer) -> None:
-    command = Path(sys.executable).parent / "triton-ort"
     done = subprocess.run(
-        [str(command), "infer", "demo", "--url", server.http_url, "--batch", "100"],
+        [TRITON_ORT, "infer", "demo", "--url", server.http_url, "--batch", "100"],
         cwd=Path("/"),  # any folder: the command needs nothing from the checkout
         capture_output=True,
         text=True,
@@ -192,7 +201,7 @@ def test_the_installed_command_sends_a_request_and_summarises_the_output(server:
 
 
 def test_the_installed_command_shows_health_and_the_served_config(server: LocalTritonServer) -> None:
-    command = str(Path(sys.executable).parent / "triton-ort")
+    command = TRITON_ORT
     health = subprocess.run(
         [command, "health", "--url", server.http_url], capture_output=True, text=True, timeout=120, cwd="/"
     )

@@ -29,7 +29,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.grpc import model_config_pb2
 
-from tests.paths import ROOT, demo_onnx
+from tests.support.paths import ROOT, demo_onnx
 from triton_ort.backend import BACKEND_NAME, MODEL_PY
 from triton_ort.harness.processes import stub_processes
 from triton_ort.harness.reference import reference_outputs

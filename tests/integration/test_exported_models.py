@@ -3,7 +3,7 @@ inputs where a model has them), every answer compared with in-process ONNX Runti
 concurrent requests: a scikit-learn classifier (its [N] label: dims [1] with an empty reshape, as the native
 backend serves it), a BERT-style encoder, a NonZero detector that finds nothing, a LabelEncoder with
 strings in and out beside numbers, and an accumulator under the sequence batcher with several interleaved
-sequences. The models are built here (tests/exported.py)."""
+sequences. The models are built here (tests/support/exported.py)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import onnxruntime as ort
 import pytest
 from numpy.typing import NDArray
 
-from tests import exported, graphs
-from tests.exported import TWO_LINES, Exported, Served, check_answers, close, concurrently
-from tests.paths import SERVER_TOLERANCE
+from tests.support import exported, graphs
+from tests.support.exported import TWO_LINES, Exported, Served, check_answers, close, concurrently
+from tests.support.paths import SERVER_TOLERANCE
 from triton_ort.autocomplete import DEFAULT_MAX_BATCH_SIZE
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.server import LocalTritonServer

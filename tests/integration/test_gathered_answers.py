@@ -9,8 +9,8 @@ that request alone:
   computes one scale over all the rows of a run: gathered into one run, a request's answer would depend on
   its neighbours. Its requests run one per ORT run, and the log says so.
 
-Both models are built here (tests/graphs.py) and served with the backend line, max_batch_size and a queue
-delay that lets the concurrent requests meet in one execute."""
+Both models are built here (tests/support/graphs.py) and served with the backend line, max_batch_size and a
+queue delay that lets the concurrent requests meet in one execute."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ import pytest
 from numpy.typing import NDArray
 from tritonclient.grpc import model_config_pb2
 
-from tests import graphs
-from tests.paths import SERVER_TOLERANCE
+from tests.support import graphs
+from tests.support.paths import SERVER_TOLERANCE
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.repository import write_config
 from triton_ort.harness.server import LocalTritonServer

@@ -21,8 +21,13 @@ import tritonclient.http as httpclient
 from numpy.typing import NDArray
 from tritonclient.utils import InferenceServerException
 
-from tests.hooks_support import HANDOFF_REPOSITORY, build_hooks_repository, expected_top_k, raw_features
-from tests.paths import SERVER_TOLERANCE, demo_onnx
+from tests.support.hooks_support import (
+    HANDOFF_REPOSITORY,
+    build_hooks_repository,
+    expected_top_k,
+    raw_features,
+)
+from tests.support.paths import SERVER_TOLERANCE, demo_onnx
 from triton_ort.harness.server import LocalTritonServer
 from triton_ort.harness.transport import infer
 

@@ -25,9 +25,9 @@ from google.protobuf import text_format
 from onnx import TensorProto
 from tritonclient.grpc import model_config_pb2
 
-from tests import graphs
-from tests.paths import DEMO_MODEL_PY, ROOT
-from tests.repository import build_mismatch_repository
+from tests.support import graphs
+from tests.support.paths import DEMO_MODEL_PY, ROOT
+from tests.support.repository import build_mismatch_repository
 from triton_ort.harness.checks import ServerStartError
 from triton_ort.harness.server import (
     FAILED_LOG_PREFIX,

@@ -15,7 +15,7 @@ import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from tests.paths import SERVER_TOLERANCE, demo_onnx
+from tests.support.paths import SERVER_TOLERANCE, demo_onnx
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.server import LocalTritonServer
 from triton_ort.harness.transport import infer

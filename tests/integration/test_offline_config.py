@@ -20,8 +20,8 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
-from tests import exported, graphs
-from tests.paths import MODEL_REPOSITORY, ROOT, demo_onnx
+from tests.support import exported, graphs
+from tests.support.paths import MODEL_REPOSITORY, ROOT, demo_onnx
 from tests.unit.test_cli import triton_ort
 from triton_ort.harness.repository import pin_one_instance
 from triton_ort.harness.server import LocalTritonServer, free_ports

@@ -27,8 +27,8 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from tests.paths import MODEL_REPOSITORY, ROOT, demo_onnx
-from tests.user_commands import activated, serving, shell
+from tests.support.paths import MODEL_REPOSITORY, ROOT, demo_onnx
+from tests.support.user_commands import activated, serving, shell
 from triton_ort.harness.server import free_ports, gpu_present
 
 pytestmark = [

@@ -22,9 +22,9 @@ from google.protobuf import text_format
 from onnx import helper
 from tritonclient.grpc import model_config_pb2
 
-from tests import graphs
-from tests.paths import ROOT, demo_onnx
-from tests.user_commands import activated, serving, shell
+from tests.support import graphs
+from tests.support.paths import ROOT, demo_onnx
+from tests.support.user_commands import activated, serving, shell
 from triton_ort.harness.server import free_ports
 
 pytestmark = pytest.mark.integration

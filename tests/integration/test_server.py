@@ -16,8 +16,8 @@ import tritonclient.http as httpclient
 from numpy.typing import NDArray
 from tritonclient.utils import InferenceServerException
 
-from tests.paths import SERVER_TOLERANCE, demo_onnx
-from tests.repository import build_mismatch_repository
+from tests.support.paths import SERVER_TOLERANCE, demo_onnx
+from tests.support.repository import build_mismatch_repository
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.server import LocalTritonServer
 from triton_ort.harness.transport import infer, model_metadata, statistics

@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 import tritonclient.http as httpclient
 
-from tests.paths import ROOT, demo_onnx
+from tests.support.paths import ROOT, demo_onnx
 from triton_ort.harness.server import LocalTritonServer, gpu_present
 from triton_ort.providers import diagnose_missing_cuda_provider
 

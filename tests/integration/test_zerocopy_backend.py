@@ -20,8 +20,8 @@ import tritonclient.http as httpclient
 from numpy.typing import NDArray
 from tritonclient.utils import InferenceServerException
 
-from tests import graphs
-from tests.paths import SERVER_TOLERANCE, demo_onnx
+from tests.support import graphs
+from tests.support.paths import SERVER_TOLERANCE, demo_onnx
 from triton_ort.autocomplete import DEFAULT_MAX_BATCH_SIZE
 from triton_ort.backend import MODEL_PY
 from triton_ort.harness.reference import reference_outputs

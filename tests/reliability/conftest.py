@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.support import MEASUREMENTS
-from tests.repository import build_reliability_repository
+from tests.support.repository import build_reliability_repository
 from triton_ort.harness.releases import Release, server_release
 from triton_ort.harness.server import LocalTritonServer
 

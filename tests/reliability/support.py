@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tests.paths import SERVER_TOLERANCE, demo_onnx
+from tests.support.paths import SERVER_TOLERANCE, demo_onnx
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.transport import Answer
 

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from tests.paths import DEMO_MAX_BATCH, SERVER_TOLERANCE, demo_onnx
 from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, assert_demo_answer, measured
-from tests.repository import MULTI_IO
+from tests.support.paths import DEMO_MAX_BATCH, SERVER_TOLERANCE, demo_onnx
+from tests.support.repository import MULTI_IO
 from triton_ort.harness.malformed import malformed_requests
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.releases import ErrorCode, Release

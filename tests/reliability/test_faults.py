@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from tests.paths import SERVER_TOLERANCE
 from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, demo_reference, measured
-from tests.repository import build_demo_repository
+from tests.support.paths import SERVER_TOLERANCE
+from tests.support.repository import build_demo_repository
 from triton_ort.harness.processes import alive, descendants, rss_bytes, stub_processes, zombies
 from triton_ort.harness.releases import server_release
 from triton_ort.harness.repository import read_config, write_config

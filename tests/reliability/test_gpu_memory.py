@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from tests import graphs
-from tests.paths import DEMO_MODEL_PY, ROOT
 from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, assert_demo_answer, measured
-from tests.repository import BLOWUP, build_demo_repository
+from tests.support import graphs
+from tests.support.paths import DEMO_MODEL_PY, ROOT
+from tests.support.repository import BLOWUP, build_demo_repository
 from triton_ort.harness.processes import gpu_memory_by_pid, stub_processes
 from triton_ort.harness.repository import add_model
 from triton_ort.harness.server import LocalTritonServer

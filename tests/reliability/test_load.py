@@ -19,9 +19,9 @@ import tritonclient.http.aio as httpaio
 from numpy.typing import NDArray
 from tritonclient.utils import InferenceServerException
 
-from tests.paths import ROOT, SERVER_TOLERANCE
 from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, demo_reference, measured
-from tests.repository import build_demo_repository
+from tests.support.paths import ROOT, SERVER_TOLERANCE
+from tests.support.repository import build_demo_repository
 from triton_ort.harness.server import LocalTritonServer
 from triton_ort.harness.transport import infer_inputs
 

@@ -21,7 +21,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.paths import ROOT
+from tests.support.paths import ROOT
 from triton_ort.harness.server import LocalTritonServer
 
 DOCKER = ROOT / "docker"

@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from tests import graphs
+from tests.support import graphs
 from triton_ort import ConfigError
 from triton_ort.autocomplete import (
     DEFAULT_MAX_BATCH_SIZE,

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.paths import DEMO_MODEL_PY, ROOT
+from tests.support.paths import DEMO_MODEL_PY, ROOT
 from triton_ort.backend import BACKEND_NAME, MODEL_PY, install
 
 

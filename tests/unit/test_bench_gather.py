@@ -1,4 +1,4 @@
-"""client.bench_gather, run small: it measures, agrees with itself, and reports what the docs quote."""
+"""diagnostics.bench_gather, run small: it measures, agrees with itself, and reports what the docs quote."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.paths import ROOT
+from tests.support.paths import ROOT
 
 
 def run_bench_gather(out: Path, *args: str) -> tuple[dict[str, Any], str]:
-    """client.bench_gather on the CPU with 20 calls (2 warm-up), its JSON in `out`: (the report, stdout)."""
+    """diagnostics.bench_gather on the CPU with 20 calls (2 warm-up), its JSON in `out`: (the report,
+    stdout)."""
     finished = subprocess.run(
         [
-            *(sys.executable, "-m", "client.bench_gather", "--device", "cpu", *args),
+            *(sys.executable, "-m", "diagnostics.bench_gather", "--device", "cpu", *args),
             *("--calls", "20", "--warmup", "2", "--json", str(out)),
         ],
         cwd=ROOT,

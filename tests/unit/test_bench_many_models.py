@@ -1,4 +1,4 @@
-"""client.bench_many_models' repository: eight models the server's checks accept, and an ensemble whose
+"""diagnostics.bench_many_models' repository: eight models the server's checks accept, and an ensemble whose
 answer is every model's own."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from client.bench_many_models import ENSEMBLE, ROWS, ensemble_workload, model_names, write_repository
 from client.load import Workload
+from diagnostics.bench_many_models import ENSEMBLE, ROWS, ensemble_workload, model_names, write_repository
 from triton_ort.harness.checks import check_repository
 from triton_ort.harness.repository import read_config
 

@@ -14,7 +14,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from tests import graphs
+from tests.support import graphs
 from triton_ort.cli import main
 from triton_ort.cli.infer import _load_inputs, build_parser, summary
 from triton_ort.cli.request_checks import ModelSignature, RequestError

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.paths import ROOT
+from tests.support.paths import ROOT
 
 # `../x` steps out of the checkout; `.../x` (an elided path) does not.
 PARENT_REFERENCE = re.compile(r"(?<![\w.])\.\./")

@@ -13,8 +13,8 @@ import pytest
 import torch
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 
-from tests import graphs
-from tests.paths import DEMO_MODEL_PY
+from tests.support import graphs
+from tests.support.paths import DEMO_MODEL_PY
 from triton_ort import (
     InferenceError,
     InputError,

@@ -8,8 +8,8 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from tests import graphs
-from tests.paths import demo_onnx
+from tests.support import graphs
+from tests.support.paths import demo_onnx
 from triton_ort import InputError, IOBindingRunner, ModelInstance, Placement, run_requests
 
 

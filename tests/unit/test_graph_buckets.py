@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from tests import graphs
-from tests.paths import demo_onnx
+from tests.support import graphs
+from tests.support.paths import demo_onnx
 from triton_ort import IOBindingRunner, ModelInstance
 from triton_ort.runner import ROW_VIEWS_KEPT, RunPlan, graph_bucket
 

@@ -15,7 +15,7 @@ import tritonclient.http as httpclient
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from tests.repository import MULTI_IO, RAGGED_ADD
+from tests.support.repository import MULTI_IO, RAGGED_ADD
 from triton_ort.harness.malformed import malformed_requests
 from triton_ort.harness.processes import alive, descendants, rss_bytes, zombies
 from triton_ort.harness.reference import compare
@@ -108,7 +108,7 @@ def test_compare_says_what_differs_and_lets_nan_match_nan() -> None:
 
 
 # The clients that the client image ships (docker/client.Dockerfile: client/ and the harness, no torch).
-_REQUEST_CLIENTS = ("client.smoke", "client.cli", "client.load", "client.soak", "triton_ort.cli.infer")
+_REQUEST_CLIENTS = ("client.smoke", "client.load", "client.soak", "triton_ort.cli", "triton_ort.cli.infer")
 
 
 def test_the_harness_and_the_clients_import_no_torch() -> None:

@@ -13,8 +13,8 @@ import pytest
 import torch
 from numpy.typing import NDArray
 
-from tests.hooks_support import STRICT_HOOKS
-from tests.paths import MODEL_REPOSITORY, demo_instance_config, demo_onnx
+from tests.support.hooks_support import STRICT_HOOKS
+from tests.support.paths import MODEL_REPOSITORY, demo_instance_config, demo_onnx
 from triton_ort import ConfigError, HookError, InputError, ModelInstance
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.repository import read_config
@@ -243,7 +243,7 @@ def test_without_a_batch_axis_in_the_config_requests_run_through_the_hooks_one_b
 def test_preprocess_only_serves_just_the_outputs_the_config_lists(tmp_path: Path) -> None:
     """Without postprocess the session's outputs go to the client as they are: only those config.pbtxt
     serves, even when the ONNX file has more."""
-    from tests import graphs
+    from tests.support import graphs
 
     onnx_path = graphs.multi_io(tmp_path / "multi_io.onnx")
     version = tmp_path / "1"

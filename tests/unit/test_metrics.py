@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from tests.paths import demo_instance_config, demo_onnx
+from tests.support.paths import demo_instance_config, demo_onnx
 from triton_ort import ModelInstance
 from triton_ort.metrics import InMemoryMetrics, InstanceMetrics, TritonMetricFamilies, triton_instance_metrics
 from triton_ort.stats import RunnerStats

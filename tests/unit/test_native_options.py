@@ -316,7 +316,7 @@ def test_a_gpu_shrinkage_entry_does_not_fail_the_runs_of_a_cpu_instance() -> Non
     (ORT fails a run that names an arena the session lacks)."""
     import torch
 
-    from tests.paths import demo_instance_config, demo_onnx
+    from tests.support.paths import demo_instance_config, demo_onnx
     from triton_ort import ModelInstance
 
     config = demo_instance_config(

@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests import graphs
+from tests.support import graphs
 from triton_ort import ModelOptions, Placement, create_session
 from triton_ort.session import ORT_ERROR, ORT_FATAL, ORT_WARNING, _session_options, ort_log_severity
 

@@ -10,8 +10,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests import graphs
-from tests.paths import demo_onnx
+from tests.support import graphs
+from tests.support.paths import demo_onnx
 from triton_ort.onnx_files import readable_model
 from triton_ort.row_mixing import find_row_mixing, row_mixing_in_file
 

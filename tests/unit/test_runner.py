@@ -10,9 +10,9 @@ import torch
 from numpy.typing import NDArray
 from onnx import TensorProto
 
-from tests import graphs
-from tests.dlpack_layout import python_backend_accepts
-from tests.paths import demo_onnx
+from tests.support import graphs
+from tests.support.dlpack_layout import python_backend_accepts
+from tests.support.paths import demo_onnx
 from triton_ort import InputError, IOBindingRunner, Placement
 from triton_ort import runner as runner_module
 from triton_ort.runner import OutputPlacement
@@ -271,7 +271,7 @@ def test_an_empty_preallocated_output_has_strides_the_python_backend_accepts(tmp
 
 
 def test_onnx_runtimes_python_api_takes_strings_only_through_run_and_only_as_str(tmp_path: Path) -> None:
-    """What a BYTES path has to work with (issue 20, part 3): IO binding and OrtValue refuse string data,
+    """What a BYTES path has to work with: IO binding and OrtValue refuse string data,
     so strings reach ORT only through session.run (beside OrtValues over the numeric tensors' memory), and
     there a bytes object is fed as its repr: BYTES must be decoded to str first."""
     path = graphs.strings_beside_numbers(tmp_path / "s.onnx")

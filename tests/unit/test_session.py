@@ -6,7 +6,7 @@ from pathlib import Path
 import onnxruntime as ort
 import pytest
 
-from tests.paths import demo_onnx
+from tests.support.paths import demo_onnx
 from triton_ort import ConfigError, ModelOptions, Placement, ProviderError, create_session
 from triton_ort.providers import CUDA_EP
 from triton_ort.session import cuda_provider_options

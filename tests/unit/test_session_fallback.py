@@ -8,7 +8,7 @@ import logging
 import onnxruntime as ort
 import pytest
 
-from tests.paths import demo_onnx
+from tests.support.paths import demo_onnx
 from triton_ort import ModelOptions, Placement
 from triton_ort.providers import diagnose_missing_cuda_provider
 from triton_ort.session import (

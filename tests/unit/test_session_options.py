@@ -5,7 +5,7 @@ from __future__ import annotations
 import onnxruntime as ort
 import pytest
 
-from tests.paths import demo_onnx
+from tests.support.paths import demo_onnx
 from triton_ort import ModelOptions, Placement, ProviderError, create_session
 from triton_ort.providers import (
     CPU_EP,

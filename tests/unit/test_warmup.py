@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests import graphs
+from tests.support import graphs
 from triton_ort import ConfigError, ModelInstance, parse_options
 from triton_ort.load_checks import check_warmup_batch_sizes
 

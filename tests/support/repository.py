@@ -18,8 +18,8 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2
 
-from tests import graphs
-from tests.paths import DEMO_MODEL_PY, MODEL_REPOSITORY, demo_onnx
+from tests.support import graphs
+from tests.support.paths import DEMO_MODEL_PY, MODEL_REPOSITORY, demo_onnx
 from triton_ort.harness.repository import (
     ModelSpec,
     TensorSpec,

@@ -1,11 +1,11 @@
 """What one GPU instance's memory is made of: each part in a fresh process, read by nvidia-smi.
 
-    python -m client.bench_memory --models demo mlp4096 --json FILE
+    python -m diagnostics.bench_memory --models demo mlp4096 --json FILE
 
 A python-backend stub is one process per instance, and everything it holds on the GPU is its own: the CUDA
 context, what torch and ONNX Runtime load into it, their memory pools. Each stage below builds one part
 more (or one alternative) in a process of its own, which then waits while this parent reads its GPU memory
-(nvidia-smi's per-process figure, the one `client.bench_instances` reports per stub) and RSS:
+(nvidia-smi's per-process figure, the one `diagnostics.bench_instances` reports per stub) and RSS:
 
   context          the CUDA primary context alone (driver API, nothing loaded)
   context_stack    the same with the per-thread stack limit lowered to the instance's default
@@ -121,7 +121,7 @@ def child_main(stage: str, model: str, repository: Path) -> None:
 
 
 def measure(stage: str, model: str, repository: Path) -> dict[str, Any]:
-    command = [sys.executable, "-m", "client.bench_memory", "--child", stage, "--model", model]
+    command = [sys.executable, "-m", "diagnostics.bench_memory", "--child", stage, "--model", model]
     command += ["--repository", str(repository)]
     with subprocess.Popen(
         command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=os.environ

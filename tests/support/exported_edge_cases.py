@@ -1,6 +1,7 @@
-"""The second repository of exported models (tests/integration/test_exported_models_ii.py), built at test
-time from pip packages like the first (tests/exported.py): what exporters and converters write that the
-first does not cover. Each builder takes the path of the ONNX file to write and returns it.
+"""The second repository of exported models, the exporters' edge cases
+(tests/integration/test_exported_edge_cases.py), built at test time from pip packages like the first
+(tests/support/exported.py): what exporters and converters write that the first does not cover. Each builder
+takes the path of the ONNX file to write and returns it.
 
 - quantized_mlp: an MLP through onnxruntime.quantization.quantize_dynamic. Its DynamicQuantizeLinear
   computes one scale over the whole tensor, so a row's answer depends on the rows run beside it.
@@ -23,7 +24,7 @@ import onnx
 from numpy.typing import NDArray
 from onnx import TensorProto, helper, numpy_helper
 
-from tests import graphs
+from tests.support import graphs
 from triton_ort.onnx_files import save_model
 
 MLP_FEATURES = 16

@@ -1,6 +1,6 @@
 """Throughput on 1 GPU against 2 GPUs, same instance count: does a second GPU double the work done?
 
-    python -m client.bench_multi_gpu --json results/multi-gpu.json     # a host with >= 2 GPUs
+    python -m diagnostics.bench_multi_gpu --json results/multi-gpu.json     # a host with >= 2 GPUs
 
 One tritonserver serves a compute-bound model (small input and output, `--layers` square MatMuls of
 `--width` on `--batch` rows: milliseconds of GPU work per request, so the GPU, not the python backend's

@@ -1,7 +1,7 @@
 """PyTriton serving the same ORT IO-binding function (benchmark anchor). PyTriton has no GPU transport:
 inputs arrive as numpy and outputs leave as numpy, so each request pays host<->device copies.
 
-    python -m client.bench_pytriton_server --onnx bench_repository/demo/1/model.onnx --name demo \
+    python -m client.anchors.pytriton_server --onnx bench_repository/demo/1/model.onnx --name demo \
         --http-port 8100 --grpc-port 8101 --metrics-port 8102
 """
 

@@ -6,12 +6,13 @@ ModelInstance does: the runner's run, or run_requests for the gathered ones, the
 Time per execute (mean and median), after 50 warm-up executes (which capture the graphs); the runner's graph
 ids and plans after them, and ORT's own share (run_with_iobinding) per run.
 
-Beside them, `null kernel`: the in-process part of the served null-kernel anchor (client/bench_null_model.py,
-'kernel'): one small kernel on each request's input, then one stream sync, and no ORT. With --idle-ms the
-GPU idles that long between executes (untimed), as it does between requests at concurrency 1: ours' lone
-request against null kernel's then is the least a served c=1 request of ours can cost above null-kernel's.
+Beside them, `null kernel`: the in-process part of the served null-kernel anchor
+(client/anchors/null_model.py, 'kernel'): one small kernel on each request's input, then one stream sync,
+and no ORT. With --idle-ms the GPU idles that long between executes (untimed), as it does between requests
+at concurrency 1: ours' lone request against null kernel's then is the least a served c=1 request of ours
+can cost above null-kernel's.
 
-    python -m client.bench_graphs [--executes 1500] [--idle-ms 1] [--json FILE]
+    python -m diagnostics.bench_graphs [--executes 1500] [--idle-ms 1] [--json FILE]
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def main() -> None:
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        raise SystemExit("client.bench_graphs needs a CUDA GPU")
+        raise SystemExit("diagnostics.bench_graphs needs a CUDA GPU")
     stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     idle_s = args.idle_ms / 1e3
     results: dict[str, Any] = {}
@@ -118,7 +119,7 @@ def main() -> None:
             Path(args.json),
             {
                 "environment": host_environment(),
-                "command": "python -m client.bench_graphs"
+                "command": "python -m diagnostics.bench_graphs"
                 + (f" --idle-ms {args.idle_ms:g}" if idle_s else ""),
                 "executes": args.executes,
                 "idle_ms": args.idle_ms,

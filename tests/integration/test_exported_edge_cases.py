@@ -1,14 +1,15 @@
-"""The second repository of exported models (built in tests/exported_ii.py), served with the two-line
-config by one server, every answer compared with the same request alone through in-process ONNX Runtime
-over HTTP and gRPC at once: a dynamically quantized MLP under 20 concurrent requests, an overridable
-initializer sent by some requests and left to its default by others, a model of torch's dynamo exporter
-(opset 18+, IR 10), exporter-style tensor names, a uint8 NHWC image with int32 and bool answers, a float64
-scikit-learn regressor, and an op without a CUDA kernel between two GPU ops.
+"""The second repository of exported models, the exporters' edge cases (built in
+tests/support/exported_edge_cases.py), served with the two-line config by one server, every answer compared
+with the same request alone through in-process ONNX Runtime over HTTP and gRPC at once: a dynamically
+quantized MLP under 20 concurrent requests, an overridable initializer sent by some requests and left to its
+default by others, a model of torch's dynamo exporter (opset 18+, IR 10), exporter-style tensor names, a
+uint8 NHWC image with int32 and bool answers, a float64 scikit-learn regressor, and an op without a CUDA
+kernel between two GPU ops.
 
 On the GPU test host the instances are GPU ones (scripts/gpu_check.sh tiers) and the reference stays ORT on
-the CPU: fp32 answers are compared within SERVER_TOLERANCE (tests/paths.py), which there allows for the
-CUDA EP's default TF32 GEMMs. float64 has no TF32 and compares within 1e-12 everywhere; integer and bool
-answers compare exactly (the image model's are exact on every provider: tests/exported_ii.py).
+the CPU: fp32 answers are compared within SERVER_TOLERANCE (tests/support/paths.py), which there allows for
+the CUDA EP's default TF32 GEMMs. float64 has no TF32 and compares within 1e-12 everywhere; integer and bool
+answers compare exactly (the image model's are exact on every provider: tests/support/exported_edge_cases.py).
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import onnxruntime as ort
 import pytest
 from numpy.typing import NDArray
 
-from tests import exported, exported_ii
-from tests.exported import Exported, Served, check_answers, close
-from tests.paths import Tolerance
+from tests.support import exported, exported_edge_cases
+from tests.support.exported import Exported, Served, check_answers, close
+from tests.support.paths import Tolerance
 from triton_ort.harness.server import LocalTritonServer, gpu_present
 from triton_ort.harness.transport import PROTOCOLS, make_client, model_config, model_metadata
 from triton_ort.providers import CPU_EP, CUDA_EP, preload_cuda_libraries
@@ -34,12 +35,12 @@ from triton_ort.providers import CPU_EP, CUDA_EP, preload_cuda_libraries
 pytestmark = pytest.mark.integration
 
 MODELS = {
-    "quantized_mlp": Exported(exported_ii.quantized_mlp),
-    "temperature": Exported(exported_ii.temperature_classifier),
-    "dynamo_mlp": Exported(exported_ii.dynamo_mlp, needs=("torch", "onnxscript")),
-    "exporter_names": Exported(exported_ii.exporter_names),
-    "image": Exported(exported_ii.image_statistics, needs=("torch",)),
-    "regressor": Exported(exported_ii.sklearn_regressor, needs=("skl2onnx",)),
+    "quantized_mlp": Exported(exported_edge_cases.quantized_mlp),
+    "temperature": Exported(exported_edge_cases.temperature_classifier),
+    "dynamo_mlp": Exported(exported_edge_cases.dynamo_mlp, needs=("torch", "onnxscript")),
+    "exporter_names": Exported(exported_edge_cases.exporter_names),
+    "image": Exported(exported_edge_cases.image_statistics, needs=("torch",)),
+    "regressor": Exported(exported_edge_cases.sklearn_regressor, needs=("skl2onnx",)),
 }
 ROW_MIXING_REQUESTS = 20
 FLOAT64_TOLERANCE: Tolerance = {"rtol": 1e-12, "atol": 1e-12}
@@ -48,7 +49,7 @@ FLOAT64_TOLERANCE: Tolerance = {"rtol": 1e-12, "atol": 1e-12}
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    repository = tmp_path_factory.mktemp("exported_ii") / "repository"
+    repository = tmp_path_factory.mktemp("exported_edge_cases") / "repository"
     files, missing = exported.write_repository(repository, MODELS)
     with LocalTritonServer(repository) as server:
         yield Served(server, files, missing)
@@ -67,7 +68,7 @@ def test_a_dynamically_quantized_mlp_answers_each_of_20_concurrent_requests_as_i
     magnitudes make any such mixing show, on the GPU's tolerance too."""
     rng = np.random.default_rng(20)
     requests = [
-        {"x": (rng.standard_normal((1, exported_ii.MLP_FEATURES)) * 0.2 * (1 + i)).astype(np.float32)}
+        {"x": (rng.standard_normal((1, exported_edge_cases.MLP_FEATURES)) * 0.2 * (1 + i)).astype(np.float32)}
         for i in range(ROW_MIXING_REQUESTS)
     ]
     check_answers(served, "quantized_mlp", requests, close, workers=2 * ROW_MIXING_REQUESTS)
@@ -105,7 +106,7 @@ def test_a_model_of_torchs_dynamo_exporter_answers_like_onnx_runtime(served: Ser
 
 def _exporter_names_requests(seed: int) -> list[dict[str, NDArray[Any]]]:
     rng = np.random.default_rng(seed)
-    shape = (exported_ii.NAMES_FEATURES,)
+    shape = (exported_edge_cases.NAMES_FEATURES,)
     return [
         {name: rng.standard_normal((rows, *shape)).astype(np.float32) for name in ("input.1", "x:0")}
         for rows in (1, 3, 6, 2, 8, 1)
@@ -134,7 +135,7 @@ def test_a_uint8_nhwc_image_model_answers_int32_and_bool(served: Served) -> None
         "bright": "TYPE_BOOL",
     }
     rng = np.random.default_rng(24)
-    side = exported_ii.IMAGE_SIDE
+    side = exported_edge_cases.IMAGE_SIDE
     requests = [{"image": rng.integers(0, 256, (rows, side, side, 3), dtype=np.uint8)} for rows in (1, 2, 4)]
     for pixel in ((255, 200, 0), (0, 0, 30)):  # one bright with red first, one dark with blue first
         requests.append({"image": np.broadcast_to(np.array(pixel, np.uint8), (2, side, side, 3)).copy()})
@@ -156,7 +157,9 @@ def test_a_float64_sklearn_regressor_answers_in_double_precision(served: Served)
     served.onnx_file("regressor")
     assert _types(served, "regressor") == {"X": "TYPE_FP64", "variable": "TYPE_FP64"}
     rng = np.random.default_rng(25)
-    requests = [{"X": rng.standard_normal((rows, exported_ii.REGRESSOR_FEATURES))} for rows in (1, 4, 7)]
+    requests = [
+        {"X": rng.standard_normal((rows, exported_edge_cases.REGRESSOR_FEATURES))} for rows in (1, 4, 7)
+    ]
 
     def compare(name: str, got: NDArray[Any], want: NDArray[Any]) -> None:
         assert got.dtype == want.dtype == np.float64, (name, got.dtype)

@@ -1,6 +1,6 @@
 """What each instance costs and what it buys: memory and throughput by instance count.
 
-    python -m client.bench_instances --models demo mlp4096 --counts 1 2 4 [--mps] --json FILE
+    python -m diagnostics.bench_instances --models demo mlp4096 --counts 1 2 4 [--mps] --json FILE
 
 For each model and instance count, one tritonserver serves only the benchmark repository's variant
 MODEL_i<count>_d0 (scripts/build_models.py --bench), so that what it reads belongs to that variant alone:
@@ -87,7 +87,7 @@ def main() -> None:
         for model in args.models
         for count in args.counts
     ]
-    report = report_of("client.bench_instances", results=rows)
+    report = report_of("diagnostics.bench_instances", results=rows)
     if args.json:
         write_report(args.json, report)
     print(table(rows))

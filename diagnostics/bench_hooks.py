@@ -19,7 +19,7 @@ built here), whose run is short enough that its own jitter does not hide a few m
 clock is this thread's CPU time (ORT and torch run on the calling thread with one thread each), which a
 busy machine's preemptions do not inflate; on a GPU it is wall time, which includes the stream sync.
 
-    python -m client.bench_hooks --device cpu --models demo linear --rows 1 100 [--json FILE]
+    python -m diagnostics.bench_hooks --device cpu --models demo linear --rows 1 100 [--json FILE]
 """
 
 from __future__ import annotations

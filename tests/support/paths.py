@@ -18,7 +18,7 @@ class Tolerance(TypedDict):
     atol: float
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODEL_REPOSITORY = ROOT / "model_repository"
 DEMO_MODEL_PY = MODEL_REPOSITORY / "demo" / "1" / "model.py"
 

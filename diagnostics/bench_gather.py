@@ -2,7 +2,7 @@
 request of N×R rows. Both make the same single ORT run on the same rows, so the difference is what the
 library does per request: validation, the group key, concatenation, splitting and the per-request answers
 (the python backend's own per-request objects, request.inputs() and the responses, are not in it: the
-stub profile, client.profile_stub, measures those).
+served benchmark, client.bench, sees those).
 
 Beside them, the same N requests run apart (gather_requests: no, one ORT run each): what a graph that
 mixes rows across the batch axis costs, whose requests the library runs so (row_mixing.py). With
@@ -16,7 +16,7 @@ and one torch thread), which other processes' preemptions do not inflate; on a G
 the instance's one stream sync per execute. The answers of the two ways are compared; a difference
 exits 1.
 
-    python -m client.bench_gather --device cpu --requests-per-execute 1 4 16 [--quantized] [--json FILE]
+    python -m diagnostics.bench_gather --device cpu --requests-per-execute 1 4 16 [--quantized] [--json FILE]
 """
 
 from __future__ import annotations

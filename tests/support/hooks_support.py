@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from tests.paths import MODEL_REPOSITORY, demo_onnx
+from tests.support.paths import MODEL_REPOSITORY, demo_onnx
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.repository import pin_one_instance, read_config, write_config
 

@@ -1,6 +1,6 @@
 """Many models on one GPU: eight different models under a mixed load, by how they are served.
 
-    python -m client.bench_many_models --json FILE [--mps]
+    python -m diagnostics.bench_many_models --json FILE [--mps]
 
 Eight MLPs of different widths (512 -> h -> h -> 16, h from 256 to 4096; the same 512-wide input) are
 written into a repository of their own, each served by our model.py. Three ways of serving them, one
@@ -233,7 +233,7 @@ def main() -> None:
     ]
     print(table(rows))
     if args.json:
-        command = " ".join(["python -m client.bench_many_models", *sys.argv[1:]])
+        command = " ".join(["python -m diagnostics.bench_many_models", *sys.argv[1:]])
         write_report(args.json, {"environment": host_environment(), "command": command, "results": rows})
 
 

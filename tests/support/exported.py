@@ -2,7 +2,7 @@
 but this script): a scikit-learn pipeline through skl2onnx with ZipMap off, a BERT-style encoder from
 transformers with a small random config (torch.onnx's TorchScript exporter, dynamic batch and sequence), and
 an accumulator whose state travels with the client under Triton's sequence batcher. Small, so CI stays fast.
-The second repository's models are in tests/exported_ii.py.
+The second repository's models are in tests/support/exported_edge_cases.py.
 
 Below them, what both repositories' tests share: writing a repository of such models (a host without an
 exporter serves the others, and the missing ones' tests skip saying why), and asking the served models
@@ -27,8 +27,8 @@ import pytest
 from numpy.typing import NDArray
 from onnx import TensorProto, helper
 
-from tests import graphs
-from tests.paths import SERVER_TOLERANCE
+from tests.support import graphs
+from tests.support.paths import SERVER_TOLERANCE
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.server import LocalTritonServer
 from triton_ort.harness.transport import PROTOCOLS, infer, make_client, model_config
@@ -249,6 +249,6 @@ def check_answers(
 
 
 def close(name: str, got: NDArray[Any], want: NDArray[Any]) -> None:
-    """Same type, and the values within what the server's device allows (tests/paths.py)."""
+    """Same type, and the values within what the server's device allows (tests/support/paths.py)."""
     assert got.dtype == want.dtype, name
     np.testing.assert_allclose(got, want, err_msg=name, **SERVER_TOLERANCE)

@@ -1,17 +1,10 @@
-"""The simplest zero-copy model.py a user would write (benchmark anchor and probe only; never ship this).
+"""The simplest zero-copy model.py a user would write (benchmark anchor only; never ship this).
 
-DLPack in, ONNX Runtime IO binding by pointer, a new binding and output tensor per request, one stream
-synchronisation, `.cpu().numpy()` out: about thirty lines, without our library's plans, gathering, checks
-or metrics. Every RunOptions names `gpu_graph_id` (ORT >= 1.31 otherwise pays a caught exception per run;
-docs/benchmarks.md), so what is compared is the design, not that one trap.
-
-Parameters switch on one of our library's choices at a time, so that `client.ab` can tell what each costs
-inside the real stub:
-  stream    'default': ORT computes on torch's default stream (the legacy stream 0); 'own': on a stream
-            made for the instance, as our library does
-  ort_sync  'on': ORT synchronises at the end of its run; 'off': it does not, and the model synchronises
-            the stream once after the output copy, as our library does
-  output    'pageable': `out.cpu()`; 'pinned': a non-blocking copy into pinned memory, as our library does
+DLPack in, ONNX Runtime IO binding by pointer, a new binding and output tensor per request on torch's default
+stream, ORT's own synchronisation at the end of each run, `.cpu().numpy()` out: about thirty lines, without
+our library's plans, gathering, checks or metrics. Every RunOptions names `gpu_graph_id` (ORT >= 1.31
+otherwise pays a caught exception per run; docs/benchmarks.md), so what is compared is the design, not that
+one trap.
 """
 
 import json
@@ -26,14 +19,10 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
-        parameters = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         device_id = int(args["model_instance_device_id"])
         torch.cuda.set_device(device_id)
         self.device = torch.device("cuda", device_id)
-        own = parameters.get("stream", "default") == "own"
-        self.stream = torch.cuda.Stream(self.device) if own else torch.cuda.default_stream(self.device)
-        self.ort_sync = parameters.get("ort_sync", "on") == "on"
-        self.pinned = parameters.get("output", "pageable") == "pinned"
+        self.stream = torch.cuda.default_stream(self.device)
         cuda = {
             "device_id": str(device_id),
             "do_copy_in_default_stream": "1",
@@ -45,8 +34,6 @@ class TritonPythonModel:
         )
         self.run_options = ort.RunOptions()
         self.run_options.add_run_config_entry("gpu_graph_id", "-1")
-        if not self.ort_sync:
-            self.run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
         self.input_name = self.session.get_inputs()[0].name
         self.output_name = self.session.get_outputs()[0].name
         self.output_width = int(config["output"][0]["dims"][0])
@@ -63,12 +50,7 @@ class TritonPythonModel:
                     self.output_name, "cuda", self.device.index, 1, list(out.shape), out.data_ptr()
                 )
                 self.session.run_with_iobinding(binding, self.run_options)
-                if self.pinned:
-                    host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
-                    host.copy_(out, non_blocking=True)
-                    self.stream.synchronize()
-                else:
-                    host = out.cpu()  # waits for the stream (and so for ORT's kernels) itself
+                host = out.cpu()  # waits for the stream (and so for ORT's kernels) itself
                 tensor = pb_utils.Tensor(self.output_name, host.numpy())
                 responses.append(pb_utils.InferenceResponse(output_tensors=[tensor]))
         return responses
