@@ -9,7 +9,6 @@ triton-ort infer demo --input np_script_embeddings=x.npy --expect expected.npz
 triton-ort infer my_model --inputs inputs.npz --expect expected.npz   # every input from one .npz, by name
 triton-ort infer demo --cuda-shm                     # inputs and outputs in GPU memory
 
-`python -m client.cli` takes the same commands (also `config` for served-config).
 Requests are checked against the model's config before they are sent (batch within max_batch_size,
 input names, dtypes and shapes). Exit status: 0 success, 1 wrong answer (--expect) or a server that could
 not be reached or refused the request, 2 a request or argument that was wrong (one line on stderr).
@@ -282,11 +281,10 @@ def build_parser(prog: str) -> OneLineParser:
     _connection_options(connection, argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("health", help="server live/ready", parents=[connection])
-    # served-config: `config` too, the name `python -m client.cli` has always taken
-    for name, aliases, what in (("metadata", [], "metadata"), ("served-config", ["config"], "config")):
-        commands.add_parser(
-            name, aliases=aliases, help=f"model {what} (from the server)", parents=[connection]
-        ).add_argument("model", help="the model's name on the server")
+    for name, what in (("metadata", "metadata"), ("served-config", "config")):
+        commands.add_parser(name, help=f"model {what} (from the server)", parents=[connection]).add_argument(
+            "model", help="the model's name on the server"
+        )
     infer_parser = commands.add_parser("infer", help="send one request", parents=[connection])
     infer_parser.add_argument("model", help="the model's name on the server")
     infer_parser.add_argument(
@@ -338,7 +336,7 @@ def build_parser(prog: str) -> OneLineParser:
     return parser
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m client.cli") -> None:
+def main(argv: list[str] | None = None, prog: str = "triton-ort") -> None:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     args.protocol = args.protocol or "http"
@@ -356,7 +354,7 @@ def run_command(args: argparse.Namespace, client: Any) -> int:
         live, ready = client.is_server_live(), client.is_server_ready()
         print(f"live: {live}  ready: {ready}")
         return 0 if live and ready else 1
-    if args.command in ("metadata", "served-config", "config"):
+    if args.command in ("metadata", "served-config"):
         reader = model_metadata if args.command == "metadata" else model_config
         print(json.dumps(reader(client, args.model), indent=2))
         return 0
