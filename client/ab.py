@@ -139,7 +139,7 @@ def idle_probe(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                 if gap:
                     gap()
                 t0 = time.perf_counter()
-                runner.begin_execute()
+                runner.reclaim_outputs()
                 start.record(stream)
                 runner.run({spec.name: x})
                 end.record(stream)

@@ -16,13 +16,15 @@ import torch
 
 from .cuda_context import lower_stack_limit
 from .errors import InferenceError, InputError, ProviderError
-from .gather import Result, Runs, run_requests
+from .gather import BatchRunner, Result, run_requests
+from .graph_buckets import padded_rows
 from .hooks import ClientSpecs, HookedRunner
 from .load_checks import check_tensors, checked_options, load_hooks
 from .metrics import InstanceMetrics, request_rows
 from .options import ModelOptions
+from .output_placement import OutputPlacement
 from .row_mixing import row_mixing_in_file
-from .runner import IOBindingRunner, OutputPlacement
+from .runner import IOBindingRunner
 from .served_config import ServedConfig
 from .session import Placement, create_session
 from .signature import Dim, TensorSpec
@@ -121,7 +123,7 @@ class ModelInstance:
         )
         # What request gathering runs: the runner itself, or (only when a hooks module is configured, so
         # a model without hooks pays nothing for them) the runner with its hooks around it.
-        self._pipeline: Runs = self.runner
+        self.batch_runner: BatchRunner = self.runner
         self._request_specs: tuple[TensorSpec, ...] = self.runner.inputs
         check_tensors(config, self.runner.inputs, self.runner.outputs, hooks, self.runner.overridable)
         # Overridable inputs of one value per request, as the model takes them (_one_value_inputs).
@@ -132,7 +134,7 @@ class ModelInstance:
             }
         else:
             client = ClientSpecs.from_config(config)
-            self._pipeline = HookedRunner(self.runner, hooks, client, output_placement)
+            self.batch_runner = HookedRunner(self.runner, hooks, client, output_placement)
             self._request_specs = client.inputs
         self.output_names = [entry.name for entry in config.outputs]
         self.gather = self._gathers(version_dir / self.options.onnx_file)
@@ -163,7 +165,7 @@ class ModelInstance:
         the requests beside it (row_mixing.py). Said once in the log when it runs them apart."""
         if self.options.gather_requests is not None:
             return self.options.gather_requests
-        if not self._pipeline.outputs_follow_batch:
+        if not self.batch_runner.outputs_follow_batch:
             return True  # such a model's requests never share a run: nothing to check
         return self._rows_independent(
             onnx_path,
@@ -196,20 +198,25 @@ class ModelInstance:
         return False
 
     def _pads_graph_batches(self, onnx_path: Path) -> bool:
-        """Whether each CUDA graph serves a bucket of batch sizes (runner.py, "CUDA graphs"): where Triton
-        batches, requests are gathered, and the graph is known not to mix rows; so a padded row changes
-        no other row's answer. Otherwise every batch size that comes takes a graph of its own."""
-        if not (self.runner.cuda_graph and self.gather and self.max_batch_size > 1):
-            return False
-        if self.options.gather_requests is None and self._pipeline.outputs_follow_batch:
-            independent = True  # _gathers has just checked the graph
-        else:
-            independent = self._rows_independent(
+        """Whether each CUDA graph serves a bucket of batch sizes (graph_buckets.padded_rows)."""
+
+        def rows_independent() -> bool:
+            if self.options.gather_requests is None and self.batch_runner.outputs_follow_batch:
+                return True  # _gathers has just checked the graph
+            return self._rows_independent(
                 onnx_path,
                 "batches are not padded to a CUDA graph's bucket (each batch size gets a graph of its own)",
                 "no parameter pads them",
             )
-        return independent and self.runner.pad_graph_batches(self.max_batch_size)
+
+        max_rows = padded_rows(
+            self.runner.cuda_graph,
+            self.gather,
+            self.max_batch_size,
+            self.runner.outputs_follow_batch,
+            rows_independent,
+        )
+        return bool(max_rows) and self.runner.pad_graph_batches(max_rows)
 
     def _one_value_inputs(
         self, tensors: Mapping[str, torch.Tensor]
@@ -240,10 +247,10 @@ class ModelInstance:
     def _run(self, requests: Sequence[Mapping[str, torch.Tensor]]) -> list[Result]:
         """run_requests, with one-value inputs made what the model takes first."""
         if not self._one_value:
-            return run_requests(self._pipeline, requests, self.gather)
+            return run_requests(self.batch_runner, requests, self.gather)
         prepared = [self._one_value_inputs(tensors) for tensors in requests]
         valid = [tensors for tensors in prepared if not isinstance(tensors, InputError)]
-        answers = iter(run_requests(self._pipeline, valid, self.gather))
+        answers = iter(run_requests(self.batch_runner, valid, self.gather))
         return [tensors if isinstance(tensors, InputError) else next(answers) for tensors in prepared]
 
     def _zeros_request(
@@ -300,7 +307,7 @@ class ModelInstance:
         does not synchronise) is safe. Host outputs live in buffers that the next infer() reuses: Triton
         has copied them by then; other callers copy what they keep."""
         started = time.perf_counter()
-        self.runner.begin_execute()  # the previous execute's outputs have left through Triton
+        self.runner.reclaim_outputs()  # the previous execute's outputs have left through Triton
         debug = LOGGER.isEnabledFor(logging.DEBUG)
         before = self.runner.stats.snapshot() if debug else None
         stream_context = _on_stream(self._stream) if self._stream else contextlib.nullcontext()

@@ -13,7 +13,8 @@ import torch
 from tests import graphs
 from tests.paths import demo_onnx
 from triton_ort import IOBindingRunner, ModelInstance
-from triton_ort.runner import ROW_VIEWS_KEPT, RunPlan, graph_bucket
+from triton_ort.graph_buckets import graph_bucket
+from triton_ort.run_plans import ROW_VIEWS_KEPT, RunPlan
 
 
 @pytest.mark.parametrize(
