@@ -86,7 +86,7 @@ class Ways:
         self.instance = ModelInstance(_config(onnx_file), EXAMPLE / "1", kind, 0)
         self.runner = self.instance.runner
         self.hooked = self.instance.batch_runner  # the runner with the hooks around it
-        self.stream = self.instance._stream
+        self.stream = self.instance.lane.stream
         self.model = model
 
     @contextlib.contextmanager

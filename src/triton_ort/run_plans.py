@@ -92,6 +92,15 @@ def follows_batch(plan: tuple[OutputDim, ...] | None) -> bool:
     return bool(plan) and isinstance(plan[0], AxisSource) and plan[0].axis == 0  # type: ignore[index]
 
 
+def outputs_follow_batch(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> bool:
+    """Whether requests can be concatenated along axis 0: every output's first axis is that same batch
+    axis, or the joint output could not be split back (a size that merely equals the row count would be
+    split wrongly); never for a model with strings (string_runner.py)."""
+    if any(spec.element_type.is_string for spec in (*inputs, *outputs)):
+        return False
+    return all(follows_batch(plan_output_shape(spec, inputs)) for spec in outputs)
+
+
 NO_GRAPH = -1
 """ORT's gpu_graph_id for a run that neither captures nor replays a CUDA graph."""
 

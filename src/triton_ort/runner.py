@@ -51,13 +51,13 @@ from .run_plans import (
     PLAN_CACHE_SIZE,
     BoundedSet,
     RunPlan,
-    follows_batch,
     output_shape,
+    outputs_follow_batch,
     plan_output_shape,
     run_options,
 )
 from .session import Placement, session_placement
-from .signature import TensorSpec, one_value_per_request, read_specs
+from .signature import OnnxSignature, TensorSpec, one_value_per_request, read_specs
 from .stats import RunnerStats
 from .string_runner import run_with_strings
 from .tensor_checks import Signature, check_against_specs, check_shared_axes, signature_of
@@ -126,13 +126,8 @@ class IOBindingRunner:
         """Overridable inputs without a batch axis: one value for all the rows of a run (gather.py)."""
         self.outputs = read_specs(session.get_outputs(), "output")
         self._output_shapes = {spec.name: plan_output_shape(spec, self.inputs) for spec in self.outputs}
-        # Requests can be concatenated along axis 0 only if every output's first axis is that same batch
-        # axis; otherwise the joint output could not be split back (a size that merely equals the row
-        # count would be split wrongly).
         self.has_strings = any(spec.element_type.is_string for spec in (*self.inputs, *self.outputs))
-        self.outputs_follow_batch = not self.has_strings and all(
-            follows_batch(plan) for plan in self._output_shapes.values()
-        )
+        self.outputs_follow_batch = outputs_follow_batch(self.inputs, self.outputs)
         self._checked_signatures: BoundedSet[Signature] = BoundedSet()
         self._plans: OrderedDict[Signature, RunPlan] = OrderedDict()
         self._graph_plans: dict[Signature, RunPlan] = {}
@@ -150,6 +145,11 @@ class IOBindingRunner:
         self.inputs_read_on_host = self.placement.is_cuda and _reads_inputs_on_host(session)
         # An empty tensor's data_ptr may be 0, which ORT rejects; bind this instead (never read: 0 elements).
         self._placeholder = torch.empty(8, dtype=torch.uint8, device=self.device)
+
+    @property
+    def signature(self) -> OnnxSignature:
+        """The session's tensors: what the model plan is built from (model_plan.py)."""
+        return OnnxSignature(self.inputs, self.outputs, self.overridable)
 
     @property
     def graph_ids_given(self) -> int:

@@ -85,7 +85,7 @@ def test_hooks_run_on_the_instance_stream_with_no_copy_but_the_placed_outputs(
     results: list[Any] = []
     names = host_device_copies(lambda: results.extend(instance.infer(requests)))
     assert len(names) == copies, names  # 'host': one device-to-host copy per output, nothing else
-    stream = instance._stream
+    stream = instance.lane.stream
     assert stream is not None
     assert seen == [
         ("preprocess", "cuda:0", stream.cuda_stream),
