@@ -11,7 +11,7 @@ with a batch axis is concatenated like any input; one without (`shared_inputs`: 
 of a run) is part of the group key by value, so only requests that send equal values (the same bytes)
 share a run, which gets that value once.
 
-Whether a model's requests are gathered at all is ModelInstance's decision (parameter gather_requests; a
+Whether a model's requests are gathered at all is the model plan's decision (parameter gather_requests; a
 graph that mixes rows across the batch axis runs them one per ORT run: row_mixing.py).
 
 A request that fails alone is classified (`classify_failure`): what its own tensors caused is the client's
@@ -159,8 +159,8 @@ def run_one(runner: BatchRunner, tensors: Tensors) -> Result:
 
 def _run_gathered(runner: BatchRunner, group: Sequence[Tensors]) -> list[Result] | None:
     """One ORT run for the whole group, split back; None when it cannot be split or failed."""
-    batched = next(name for name in group[0] if name not in runner.shared_inputs)
-    rows = [tensors[batched].shape[0] for tensors in group]
+    batched = [name for name in group[0] if name not in runner.shared_inputs]
+    rows = [tensors[batched[0]].shape[0] for tensors in group]
     total = sum(rows)
     try:  # the joint inputs too may not fit (device memory): then each request runs, and fails, alone
         outputs = runner.run_batch(group)  # its members were checked one by one

@@ -13,7 +13,7 @@ config.pbtxt's outputs), and every failure names the hook (module path and funct
 
 `HookedRunner` puts the hooks around an `IOBindingRunner` behind the same interface that request gathering
 uses, so gathering, splitting and the one-by-one fallback stay in one place (gather.py) and a model without
-hooks runs exactly as before: ModelInstance only builds a HookedRunner when a hooks module is configured.
+hooks runs exactly as before: the model plan builds a HookedRunner only when a hooks module is configured.
 """
 
 from __future__ import annotations

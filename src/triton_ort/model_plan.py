@@ -61,6 +61,8 @@ class ModelPlan:
     """Where the client's outputs go (on a CUDA instance)."""
     one_value: Mapping[str, TensorSpec]
     """Overridable inputs of one value per request, as the model takes them (none with hooks)."""
+    output_names: tuple[str, ...]
+    """The outputs an answer holds, in config.pbtxt's order."""
     gathers: bool
     graph_rows: int
     """The batch size up to which CUDA graphs serve padded buckets; 0: no padding."""
@@ -68,11 +70,6 @@ class ModelPlan:
     @property
     def max_batch_size(self) -> int:
         return self.config.max_batch_size
-
-    @property
-    def output_names(self) -> tuple[str, ...]:
-        """The outputs an answer holds, in config.pbtxt's order."""
-        return tuple(entry.name for entry in self.config.outputs)
 
     @property
     def request_specs(self) -> tuple[TensorSpec, ...]:
@@ -128,6 +125,7 @@ class ModelPlan:
             client=client,
             output_placement=OutputPlacement(options.output_placement, options.host_output_max_bytes),
             one_value=one_value,
+            output_names=tuple(entry.name for entry in config.outputs),
             gathers=gathers,
             graph_rows=graph_rows,
         )

@@ -94,12 +94,6 @@ def concatenate(
     }
 
 
-def total_rows(requests: Sequence[Tensors], shared_inputs: frozenset[str]) -> int:
-    """The rows of several requests together: the sum of their first batched input's axis 0."""
-    batched = next(name for name in requests[0] if name not in shared_inputs)
-    return sum(int(tensors[batched].shape[0]) for tensors in requests)
-
-
 class IOBindingRunner:
     """Runs one session on torch tensors, through one RunPlan per input signature. Not thread-safe: one
     runner per thread that runs (a model instance has one)."""
@@ -244,7 +238,9 @@ class IOBindingRunner:
         splits the answer back."""
         if len(requests) == 1:
             return self.run_checked(requests[0], queued=False)
-        into = self.input_buffers(requests[0], total_rows(requests, self.shared_inputs))
+        batched = [name for name in requests[0] if name not in self.shared_inputs]
+        rows = sum([tensors[batched[0]].shape[0] for tensors in requests])
+        into = self.input_buffers(requests[0], rows)
         return self.run_checked(concatenate(requests, self.shared_inputs, self.to_device, into), queued=True)
 
     def run_checked(self, tensors: Tensors, queued: bool) -> dict[str, torch.Tensor]:
