@@ -21,6 +21,7 @@ from typing import TypeVar
 import onnxruntime as ort
 import torch
 
+from .session import Placement
 from .signature import TensorSpec
 
 PLAN_CACHE_SIZE = 32
@@ -111,6 +112,47 @@ def run_options(graph_id: int) -> ort.RunOptions:
     # missing key costs a C++ exception turned into a Python one (30 µs per run on the 2-core CPU machine,
     # ~100 µs per execute in the stub on the GPU test host; docs/benchmarks.md).
     options.add_run_config_entry("gpu_graph_id", str(graph_id))
+    return options
+
+
+def _own_arenas(placement: Placement, arena_shrinkage: str) -> str:
+    """The configured shrinkage on this instance's arenas: a `gpu:N` entry means this instance's GPU (one
+    config serves instances on several GPUs, and ORT fails a run that names an arena the session lacks),
+    and none on a CPU instance."""
+    entries = []
+    for entry in filter(None, arena_shrinkage.split(";")):
+        if not entry.startswith("gpu:"):
+            entries.append(entry)
+        elif placement.is_cuda:
+            entries.append(f"gpu:{placement.device_id}")
+    return ";".join(dict.fromkeys(entries))
+
+
+def arena_run_options(
+    placement: Placement, arena_shrinkage: str
+) -> tuple[ort.RunOptions | None, ort.RunOptions | None]:
+    """The run options of a run without a graph, and those of a run that shrinks the CUDA arena after a
+    failed one (None: no such run on a CPU session)."""
+    arena_shrinkage = _own_arenas(placement, arena_shrinkage)
+    if not placement.is_cuda:
+        if not arena_shrinkage:
+            return None, None
+        options = run_options(NO_GRAPH)
+        options.add_run_config_entry("memory.enable_memory_arena_shrinkage", arena_shrinkage)
+        return options, None
+    options, shrink = cuda_run_options(placement), cuda_run_options(placement)
+    if arena_shrinkage:  # the config's memory.enable_memory_arena_shrinkage, on every run
+        options.add_run_config_entry("memory.enable_memory_arena_shrinkage", arena_shrinkage)
+    shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", f"gpu:{placement.device_id}")
+    return options, shrink
+
+
+def cuda_run_options(placement: Placement, graph_id: int = NO_GRAPH) -> ort.RunOptions:
+    options = run_options(graph_id)
+    if placement.cuda_stream is not None:
+        # ORT's end-of-run stream sync would be the first of two: the caller syncs the same stream after
+        # queueing the host copies, so one wait covers kernels and copies.
+        options.add_run_config_entry("disable_synchronize_execution_providers", "1")
     return options
 
 

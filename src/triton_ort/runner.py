@@ -47,14 +47,14 @@ from .graph_buckets import (
 )
 from .output_placement import OutputPlacement
 from .run_plans import (
-    NO_GRAPH,
     PLAN_CACHE_SIZE,
     BoundedSet,
     RunPlan,
+    arena_run_options,
+    cuda_run_options,
     output_shape,
     outputs_follow_batch,
     plan_output_shape,
-    run_options,
 )
 from .session import Placement, session_placement
 from .signature import OnnxSignature, TensorSpec, one_value_per_request, read_specs
@@ -132,7 +132,7 @@ class IOBindingRunner:
         # A failed run can leave ORT's CUDA arena holding what it grabbed for it (a request that asked for
         # more than the GPU has once left 140 GB reserved). The next run then shrinks the arena back.
         self.arena_needs_shrink = False
-        self._run_options, self._shrink_options = self._make_run_options(arena_shrinkage)
+        self._run_options, self._shrink_options = arena_run_options(self.placement, arena_shrinkage)
         self._cuda_graph = graphs_on(cuda_graph, self.placement, session, self._output_shapes)
         if self._cuda_graph:
             self._shrink_options = None  # a captured graph keeps its memory; nothing to shrink
@@ -163,40 +163,6 @@ class IOBindingRunner:
             return False
         self._graph_max_rows = max_rows
         return True
-
-    def _own_arenas(self, arena_shrinkage: str) -> str:
-        """The configured shrinkage on this instance's arenas: a `gpu:N` entry means this instance's GPU
-        (one config serves instances on several GPUs, and ORT fails a run that names an arena the session
-        lacks), and none on a CPU instance."""
-        entries = []
-        for entry in filter(None, arena_shrinkage.split(";")):
-            if not entry.startswith("gpu:"):
-                entries.append(entry)
-            elif self.placement.is_cuda:
-                entries.append(f"gpu:{self.placement.device_id}")
-        return ";".join(dict.fromkeys(entries))
-
-    def _make_run_options(self, arena_shrinkage: str) -> tuple[ort.RunOptions | None, ort.RunOptions | None]:
-        arena_shrinkage = self._own_arenas(arena_shrinkage)
-        if not self.placement.is_cuda:
-            if not arena_shrinkage:
-                return None, None
-            options = run_options(NO_GRAPH)
-            options.add_run_config_entry("memory.enable_memory_arena_shrinkage", arena_shrinkage)
-            return options, None
-        options, shrink = self._cuda_run_options(), self._cuda_run_options()
-        if arena_shrinkage:  # the config's memory.enable_memory_arena_shrinkage, on every run
-            options.add_run_config_entry("memory.enable_memory_arena_shrinkage", arena_shrinkage)
-        shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", f"gpu:{self.placement.device_id}")
-        return options, shrink
-
-    def _cuda_run_options(self, graph_id: int = NO_GRAPH) -> ort.RunOptions:
-        options = run_options(graph_id)
-        if self.placement.cuda_stream is not None:
-            # ORT's end-of-run stream sync would be the first of two: the caller syncs the same stream
-            # after queueing the host copies, so one wait covers kernels and copies.
-            options.add_run_config_entry("disable_synchronize_execution_providers", "1")
-        return options
 
     def check(self, tensors: Tensors) -> None:
         """Raise InputError naming the input, what was expected and what came."""
@@ -413,7 +379,7 @@ class IOBindingRunner:
             for spec, fixed in zip(specs, graph_inputs.values(), strict=True):
                 self._bind(binding.bind_input, spec, fixed)
             self._graph_ids_given += 1
-            options = self._cuda_run_options(graph_id=self._graph_ids_given)  # ORT reserves 0
+            options = cuda_run_options(self.placement, graph_id=self._graph_ids_given)  # ORT reserves 0
         ort_allocated = tuple(spec for spec in self.outputs if spec.name not in outputs)
         return RunPlan(binding, outputs, ort_allocated, host, options, graph_inputs)
 
