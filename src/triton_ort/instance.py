@@ -102,9 +102,8 @@ class ModelInstance:
         self.plan = ModelPlan.build(
             config, self.options, hooks, onnx_path, self.runner.signature, graphs=self.runner.cuda_graph
         )
-        self.pads_graph_batches = bool(self.plan.graph_rows) and self.runner.pad_graph_batches(
-            self.plan.graph_rows
-        )
+        if self.plan.graph_rows:
+            self.runner.pad_graph_batches(self.plan.graph_rows)
         if not self.runner.placement.is_cuda:
             stream = None  # the CUDA EP did not load and allow_cpu_fallback let it run on CPU
         self.batch_runner = self.plan.batch_runner(self.runner)
@@ -122,15 +121,6 @@ class ModelInstance:
             session.get_providers(),
             self.options,
         )
-
-    @property
-    def max_batch_size(self) -> int:
-        return self.plan.max_batch_size
-
-    @property
-    def gather(self) -> bool:
-        """Whether the requests of one execute may share an ORT run (ModelPlan.gathers)."""
-        return self.plan.gathers
 
     @property
     def device(self) -> torch.device:

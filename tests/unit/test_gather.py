@@ -230,7 +230,7 @@ def test_a_graph_that_mixes_rows_runs_its_requests_apart_unless_told_to_gather(t
         instance = ModelInstance(
             {**config, "parameters": {"gather_requests": {"string_value": gather}}}, path.parent, "CPU", 0
         )
-        assert instance.gather is (gather == "yes")
+        assert instance.plan.gathers is (gather == "yes")
         before = instance.runner.stats.ort_runs
         results = instance.infer(requests)
         assert instance.runner.stats.ort_runs - before == runs
