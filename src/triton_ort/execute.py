@@ -4,9 +4,12 @@ A `Lane` is a runner, what gathering calls around it (the runner, or the runner 
 CUDA stream both compute on; with the model plan it is all an execute needs. ModelInstance has one lane and
 runs Triton's execute() on it synchronously: `queue` (make the runner's buffers free again, gather and run
 every request on the lane's stream) then `wait` (the one stream sync). A scheduler that answers requests
-later from worker threads would give each thread a lane of its own (a runner and a stream of its own, over
-the one ORT session, whose runs may be concurrent, and the one plan) and call the same two steps: nothing
-here is module-level state, and a runner's lending rounds are its own.
+later from worker threads would give each thread a lane of its own (a runner and a stream of its own, and
+the one plan) and call the same two steps: nothing here is module-level state, and a runner's lending
+rounds, plans, checks and counters are its own. What such a scheduler must still arrange is ORT's: its CUDA
+EP takes its stream at session creation (session.py, user_compute_stream), so a stream per lane needs a
+session per stream (or ORT's choice of stream per run), and CUDA graph ids belong to the session, so
+runners sharing one must not give out the same ids.
 """
 
 from __future__ import annotations
