@@ -19,7 +19,7 @@ input buffers where the run replays one). A runner is not thread-safe, and holds
 a scheduler with several threads gives each its own runner (and CUDA stream) over the one session.
 
 On a CUDA session with a caller's stream, ORT does not synchronise at the end of a run: the caller
-synchronises that stream once (ModelInstance.infer does), after the host copies are queued.
+synchronises that stream once (execute.Lane.wait does), after the host copies are queued.
 
 A model with strings runs through session.run instead (string_runner.py).
 """
@@ -189,8 +189,8 @@ class IOBindingRunner:
     def reclaim_outputs(self) -> None:
         """Declare that the outputs lent out so far have been consumed, so the plans' buffers may be written
         again: a new lending round (run_plans.py). Triton's python backend copies a response's outputs
-        before it sends the instance its next execute(), so ModelInstance calls this at the start of each
-        one. A caller that never calls it gets every answer in buffers of its own."""
+        before it sends the instance its next execute(), so execute.Lane.queue calls this at the start of
+        each one. A caller that never calls it gets every answer in buffers of its own."""
         self._lending_round += 1
 
     def run(self, tensors: Tensors) -> dict[str, torch.Tensor]:

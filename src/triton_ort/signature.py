@@ -66,8 +66,8 @@ def one_value_per_request(spec: TensorSpec) -> bool:
     may replace) holds one value for a whole request: the ONNX file gives it no open first axis (a scalar,
     or a fixed size such as a threshold's [1]), so it cannot have a row per batch row. With max_batch_size
     > 0 Triton still puts a batch axis before it: the request sends the same value in each row, and the
-    model gets that one value (ModelInstance). An overridable input with an open first axis (a `past`
-    state [batch, ...]) is batched like any input."""
+    model gets that one value (ModelPlan.one_value_inputs). An overridable input with an open first axis
+    (a `past` state [batch, ...]) is batched like any input."""
     return not spec.shape or isinstance(spec.shape[0], int)
 
 
