@@ -35,7 +35,7 @@ from .output_placement import OutputPlacement
 from .run_plans import BoundedSet
 from .runner import IOBindingRunner, concatenate
 from .served_config import ConfigTensor, ServedConfig
-from .signature import Dim, TensorSpec, check_config
+from .signature import Dim, OnnxSignature, TensorSpec, check_config
 from .tensor_checks import Signature, check_against_specs, signature_of
 
 Tensors = dict[str, torch.Tensor]
@@ -165,6 +165,17 @@ def _all_tensors(value: Any) -> bool:
     return isinstance(value, Mapping) and all(isinstance(t, torch.Tensor) for t in value.values())
 
 
+def refuse_strings(hooks: Hooks, signature: OnnxSignature, client: ClientSpecs) -> None:
+    """Hooks take and return torch tensors: a model with string tensors (the model's or the client's)
+    cannot have them (ConfigError at load)."""
+    specs = (*signature.inputs, *signature.outputs, *client.inputs, *client.outputs)
+    if any(spec.element_type.is_string for spec in specs):
+        raise ConfigError(
+            f"hooks ({hooks.path}) take and return torch tensors, and this model has string tensors; "
+            "serve it without the hooks parameter"
+        )
+
+
 class HookedRunner:
     """An IOBindingRunner with hooks around each run, behind the interface request gathering uses
     (gather.BatchRunner: check, run_batch, outputs_follow_batch). The checks of what the hooks return are
@@ -177,13 +188,6 @@ class HookedRunner:
         client: ClientSpecs,
         output_placement: OutputPlacement,
     ) -> None:
-        if runner.has_strings or any(
-            spec.element_type.is_string for spec in (*client.inputs, *client.outputs)
-        ):
-            raise ConfigError(
-                f"hooks ({hooks.path}) take and return torch tensors, and this model has string tensors; "
-                "serve it without the hooks parameter"
-            )
         self.runner = runner
         self.hooks = hooks
         self.client = client

@@ -10,6 +10,8 @@ from tests import graphs
 from tests.paths import demo_onnx
 from triton_ort import IOBindingRunner, Placement
 from triton_ort.autocomplete import read_onnx_signature
+from triton_ort.errors import ConfigError
+from triton_ort.hooks import Hooks
 from triton_ort.load_checks import checked_options
 from triton_ort.model_plan import ModelPlan
 from triton_ort.output_placement import OutputPlacement
@@ -58,6 +60,20 @@ def test_the_runner_and_the_file_give_the_plan_the_same_decisions() -> None:
     from_file = offline_plan(demo_onnx(), DEMO_CONFIG, graphs_on=True)
     assert (from_session.gathers, from_session.graph_rows) == (from_file.gathers, from_file.graph_rows)
     assert [s.name for s in runner.signature.inputs] == [s.name for s in from_file.signature.inputs]
+
+
+def test_hooks_on_a_model_with_strings_are_refused_when_the_plan_is_built(tmp_path: Path) -> None:
+    path = graphs.strings_beside_numbers(tmp_path / "model.onnx")
+    config = ServedConfig.parse(
+        {
+            "max_batch_size": 8,
+            "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [2]}],
+            "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [2]}],
+        }
+    )
+    hooks = Hooks(tmp_path / "hooks.py", preprocess=lambda inputs: inputs, postprocess=lambda out, inp: out)
+    with pytest.raises(ConfigError, match="has string tensors"):
+        ModelPlan.build(config, checked_options(config), hooks, path, read_onnx_signature(path), graphs=False)
 
 
 def test_a_bounded_set_stops_growing_at_its_limit() -> None:
