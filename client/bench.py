@@ -128,7 +128,7 @@ def measure_floor(
     host_input: str = "",
 ) -> Measurement:
     """In-process ORT IO binding on torch tensors: the physical floor for this model and batch. Each run
-    is an execute of its own (begin_execute), as served: the signature's prepared plan, reused.
+    is an execute of its own (reclaim_outputs), as served: the signature's prepared plan, reused.
 
     With idle_s, the loop sleeps between runs as a server at concurrency 1 does between requests, which
     shows what an idle GPU (clocks, launch latency) adds to one run on its own. With host_input ('pinned'
@@ -148,13 +148,13 @@ def measure_floor(
     with context:
         deadline = time.perf_counter() + args.warmup
         while time.perf_counter() < deadline:
-            runner.begin_execute()
+            runner.reclaim_outputs()
             runner.run({spec.name: x})
         started = time.perf_counter()
         deadline = started + args.duration
         while time.perf_counter() < deadline or len(latencies) < args.min_requests:
             t0 = time.perf_counter()
-            runner.begin_execute()
+            runner.reclaim_outputs()
             runner.run({spec.name: x})
             if stream:
                 stream.synchronize()

@@ -59,10 +59,10 @@ def _execute_times_us(
                 for x in xs:
                     x["np_script_embeddings"][:1].sum()
             elif requests == 1:
-                runner.begin_execute()
+                runner.reclaim_outputs()
                 runner.run(xs[0])
             else:
-                runner.begin_execute()
+                runner.reclaim_outputs()
                 run_requests(runner, xs, gather=True)
         stream.synchronize()
 

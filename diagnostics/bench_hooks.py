@@ -85,15 +85,15 @@ class Ways:
         kind = "GPU" if device == "cuda" else "CPU"
         self.instance = ModelInstance(_config(onnx_file), EXAMPLE / "1", kind, 0)
         self.runner = self.instance.runner
-        self.hooked = self.instance._pipeline  # the runner with the hooks around it
-        self.stream = self.instance._stream
+        self.hooked = self.instance.batch_runner  # the runner with the hooks around it
+        self.stream = self.instance.lane.stream
         self.model = model
 
     @contextlib.contextmanager
     def _on_stream(self) -> Iterator[None]:
         """An execute of its own (the runner's plans hand out their buffers again, as when served), on the
         instance's stream, waited for at the end, as ModelInstance.infer does."""
-        self.runner.begin_execute()
+        self.runner.reclaim_outputs()
         with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
             yield
         if self.stream is not None:

@@ -40,7 +40,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import onnx
 
@@ -49,7 +49,7 @@ from .errors import ConfigError, unreadable_onnx_file
 from .options import parameters_from_model_config, parse_options
 from .sequence import control_inputs
 from .served_config import ConfigTensor
-from .signature import Dim, TensorSpec, one_value_per_request
+from .signature import Dim, OnnxSignature, TensorSpec, one_value_per_request
 
 LOGGER = logging.getLogger(__name__)
 
@@ -116,16 +116,6 @@ def _shape(value_info: onnx.ValueInfoProto) -> tuple[Dim, ...]:
         else:
             dims.append(dim.dim_param or None)
     return tuple(dims)
-
-
-class OnnxSignature(NamedTuple):
-    """An ONNX file's tensors; `check_config(config, *signature)` checks a config against them."""
-
-    inputs: tuple[TensorSpec, ...]
-    """The inputs every request sends."""
-    outputs: tuple[TensorSpec, ...]
-    overridable: tuple[TensorSpec, ...]
-    """The inputs a request may send (graph inputs with an initializer of their name, IR >= 4)."""
 
 
 def read_onnx_signature(path: Path) -> OnnxSignature:

@@ -4,7 +4,7 @@ ONNX Runtime names types as 'tensor(float)', Triton's config as 'TYPE_FP32' and 
 IO binding wants ONNX's TensorProto number. Keeping all four in one row means no conversion can drift.
 
 Strings are the one row without a torch dtype: they travel as numpy arrays of bytes, through the host
-(runner.py, "Strings").
+(string_runner.py).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ with a batch axis is concatenated like any input; one without (`shared_inputs`: 
 of a run) is part of the group key by value, so only requests that send equal values (the same bytes)
 share a run, which gets that value once.
 
-Whether a model's requests are gathered at all is ModelInstance's decision (parameter gather_requests; a
+Whether a model's requests are gathered at all is the model plan's decision (parameter gather_requests; a
 graph that mixes rows across the batch axis runs them one per ORT run: row_mixing.py).
 
 A request that fails alone is classified (`classify_failure`): what its own tensors caused is the client's
@@ -40,25 +40,22 @@ Tensors = Mapping[str, torch.Tensor]
 Result = dict[str, torch.Tensor] | Exception
 
 
-class Runs(Protocol):
-    """What gathering needs of a runner: an IOBindingRunner, or one with hooks around it (hooks.py)."""
+class BatchRunner(Protocol):
+    """What gathering needs of a runner: an IOBindingRunner, or one with hooks around it (hooks.py). Two
+    steps: `check` each request on its own, then `run_batch` for each run (one request, or a group of them,
+    which the runner concatenates itself)."""
 
     outputs_follow_batch: bool
     placement: Placement
     shared_inputs: frozenset[str]
     """Inputs that hold one value for all the rows of a run: never concatenated."""
 
-    def validate(self, tensors: Tensors) -> None: ...
+    def check(self, tensors: Tensors) -> None:
+        """Raise InputError when a request's tensors do not fit the runner's inputs."""
+        ...
 
-    def run(
-        self, tensors: Tensors, validated: bool = False, fresh: bool = False
-    ) -> dict[str, torch.Tensor]: ...
-
-    def to_device(self, tensor: torch.Tensor) -> torch.Tensor: ...
-
-    def input_buffers(self, tensors: Tensors, rows: int) -> dict[str, torch.Tensor]:
-        """Where a run of `rows` rows of inputs like these reads them, for those it has fixed memory for (a
-        CUDA graph's input buffers); a concatenation may write there instead of into a new tensor."""
+    def run_batch(self, requests: Sequence[Tensors]) -> dict[str, torch.Tensor]:
+        """One run of checked requests: one request's tensors, or several concatenated along axis 0."""
         ...
 
 
@@ -123,7 +120,7 @@ def _is_out_of_memory(error: Exception) -> bool:
     )
 
 
-def device_memory_bytes(runner: Runs) -> int:
+def device_memory_bytes(runner: BatchRunner) -> int:
     """All the memory of the device the runner computes on: what no request may exceed on its own."""
     if runner.placement.is_cuda:
         return int(torch.cuda.get_device_properties(runner.placement.device_id).total_memory)
@@ -152,29 +149,21 @@ def classify_failure(error: Exception, capacity_bytes: int) -> TritonOrtError:
     return InferenceError(f"inference failed on the server: {type(error).__name__}: {error}")
 
 
-def run_one(runner: Runs, tensors: Tensors) -> Result:
-    """One validated request; any failure becomes that request's classified error instead of an exception."""
+def run_one(runner: BatchRunner, tensors: Tensors) -> Result:
+    """One checked request; any failure becomes that request's classified error instead of an exception."""
     try:
-        return runner.run(tensors, validated=True)
+        return runner.run_batch((tensors,))
     except Exception as error:
         return classify_failure(error, device_memory_bytes(runner))
 
 
-def _run_gathered(runner: Runs, group: Sequence[Tensors]) -> list[Result] | None:
+def _run_gathered(runner: BatchRunner, group: Sequence[Tensors]) -> list[Result] | None:
     """One ORT run for the whole group, split back; None when it cannot be split or failed."""
     batched = [name for name in group[0] if name not in runner.shared_inputs]
     rows = [tensors[batched[0]].shape[0] for tensors in group]
     total = sum(rows)
     try:  # the joint inputs too may not fit (device memory): then each request runs, and fails, alone
-        into = runner.input_buffers(group[0], total)
-        joint = {
-            name: torch.cat([runner.to_device(tensors[name]) for tensors in group], out=into.get(name))
-            if name not in runner.shared_inputs
-            else group[0][name]  # the group's one value (its key holds it)
-            for name in group[0]
-        }
-        # Its members were validated one by one; the concatenation was just queued on the stream.
-        outputs = runner.run(joint, validated=True, fresh=True)
+        outputs = runner.run_batch(group)  # its members were checked one by one
     except Exception as error:
         LOGGER.info("gathered run of %d requests failed (%s); running them one by one", len(group), error)
         return None
@@ -184,11 +173,11 @@ def _run_gathered(runner: Runs, group: Sequence[Tensors]) -> list[Result] | None
     return [{name: pieces[name][i] for name in outputs} for i in range(len(group))]
 
 
-def run_requests(runner: Runs, requests: Sequence[Tensors], gather: bool) -> list[Result]:
+def run_requests(runner: BatchRunner, requests: Sequence[Tensors], gather: bool) -> list[Result]:
     """Results in request order: a dict of output tensors, or the request's error."""
     if len(requests) == 1:  # the common case at low load: nothing to group
         try:
-            runner.validate(requests[0])
+            runner.check(requests[0])
         except InputError as error:
             return [error]
         return [run_one(runner, requests[0])]
@@ -196,7 +185,7 @@ def run_requests(runner: Runs, requests: Sequence[Tensors], gather: bool) -> lis
     groups: dict[object, list[int]] = {}
     for index, tensors in enumerate(requests):
         try:
-            runner.validate(tensors)
+            runner.check(tensors)
         except InputError as error:
             results[index] = error
             continue

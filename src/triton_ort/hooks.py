@@ -13,7 +13,7 @@ config.pbtxt's outputs), and every failure names the hook (module path and funct
 
 `HookedRunner` puts the hooks around an `IOBindingRunner` behind the same interface that request gathering
 uses, so gathering, splitting and the one-by-one fallback stay in one place (gather.py) and a model without
-hooks runs exactly as before: ModelInstance only builds a HookedRunner when a hooks module is configured.
+hooks runs exactly as before: the model plan builds a HookedRunner only when a hooks module is configured.
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ import torch
 
 from .dtypes import from_triton_type
 from .errors import ConfigError, InputError, TritonOrtError
-from .runner import IOBindingRunner, OutputPlacement
+from .output_placement import OutputPlacement
+from .run_plans import BoundedSet
+from .runner import IOBindingRunner, concatenate
 from .served_config import ConfigTensor, ServedConfig
-from .signature import Dim, TensorSpec, check_config
+from .signature import Dim, OnnxSignature, TensorSpec, check_config
 from .tensor_checks import Signature, check_against_specs, signature_of
 
 Tensors = dict[str, torch.Tensor]
@@ -147,7 +149,7 @@ class Hooks:
 
 
 def _call(name: str, hook: Callable[..., Any], *arguments: Tensors) -> Any:
-    """Call a hook; what it raises becomes that request's error, naming the hook."""
+    """Run a hook; what it raises becomes that request's error, naming the hook."""
     try:
         return hook(*arguments)
     except InputError as error:  # the hook's own verdict on the client's tensors
@@ -163,10 +165,21 @@ def _all_tensors(value: Any) -> bool:
     return isinstance(value, Mapping) and all(isinstance(t, torch.Tensor) for t in value.values())
 
 
+def refuse_strings(hooks: Hooks, signature: OnnxSignature, client: ClientSpecs) -> None:
+    """Hooks take and return torch tensors: a model with string tensors (the model's or the client's)
+    cannot have them (ConfigError at load)."""
+    specs = (*signature.inputs, *signature.outputs, *client.inputs, *client.outputs)
+    if any(spec.element_type.is_string for spec in specs):
+        raise ConfigError(
+            f"hooks ({hooks.path}) take and return torch tensors, and this model has string tensors; "
+            "serve it without the hooks parameter"
+        )
+
+
 class HookedRunner:
     """An IOBindingRunner with hooks around each run, behind the interface request gathering uses
-    (validate, run, to_device, input_buffers, outputs_follow_batch). Validation of what the hooks return
-    is cached per tensor signature, as the runner caches its own."""
+    (gather.BatchRunner: check, run_batch, outputs_follow_batch). The checks of what the hooks return are
+    cached per tensor signature, as the runner caches its own."""
 
     def __init__(
         self,
@@ -175,13 +188,6 @@ class HookedRunner:
         client: ClientSpecs,
         output_placement: OutputPlacement,
     ) -> None:
-        if runner.has_strings or any(
-            spec.element_type.is_string for spec in (*client.inputs, *client.outputs)
-        ):
-            raise ConfigError(
-                f"hooks ({hooks.path}) take and return torch tensors, and this model has string tensors; "
-                "serve it without the hooks parameter"
-            )
         self.runner = runner
         self.hooks = hooks
         self.client = client
@@ -205,43 +211,38 @@ class HookedRunner:
             else f"the ONNX model (no postprocess in {hooks.path})"
         )
         self._on_cuda = runner.placement.is_cuda
-        self._valid_client_inputs: set[Signature] = set()
-        self._valid_model_inputs: set[Signature] = set()
-        self._valid_outputs: set[tuple[int | None, Signature] | None] = set()
+        self._checked_client_inputs: BoundedSet[Signature] = BoundedSet()
+        self._checked_model_inputs: BoundedSet[Signature] = BoundedSet()
+        self._checked_outputs: BoundedSet[tuple[int | None, Signature] | None] = BoundedSet()
 
-    def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self.runner.to_device(tensor)
-
-    def input_buffers(self, tensors: Mapping[str, torch.Tensor], rows: int) -> dict[str, torch.Tensor]:
-        return {}  # the session reads what preprocess returns, not the client's inputs
-
-    def validate(self, tensors: Mapping[str, torch.Tensor]) -> None:
+    def check(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """The client's tensors against config.pbtxt's inputs (the ONNX file's are preprocess's business)."""
         signature = signature_of(tensors)
-        if signature not in self._valid_client_inputs:
+        if signature not in self._checked_client_inputs:
             check_against_specs(self.client.inputs, tensors, "input")
-            if len(self._valid_client_inputs) < 1024:
-                self._valid_client_inputs.add(signature)
+            self._checked_client_inputs.keep(signature)
 
-    def run(
-        self, tensors: Mapping[str, torch.Tensor], validated: bool = False, fresh: bool = False
-    ) -> dict[str, torch.Tensor]:
-        if not validated:
-            self.validate(tensors)
+    def run_batch(self, requests: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        """One run of checked requests (several are concatenated first), with the hooks around it."""
         staged_before = self.runner.stats.host_to_device_copies
-        inputs = {name: self.runner.to_device(t) for name, t in tensors.items()}
+        if len(requests) == 1:
+            inputs = {name: self.runner.to_device(t) for name, t in requests[0].items()}
+        else:  # the session reads what preprocess returns, so no buffer of the runner's is written here
+            inputs = concatenate(requests, self.shared_inputs, self.runner.to_device, {})
         model_inputs = inputs
         if self.hooks.preprocess is not None:
             model_inputs = _call(self._preprocess_name, self.hooks.preprocess, dict(inputs))
             self._check_model_inputs(model_inputs)
-        # The runner sees only what it stages itself: staging here, or preprocess's kernels, also queued
-        # the model's inputs on the stream just now.
-        fresh = (
-            fresh
+        else:
+            self.runner.check(model_inputs)
+        # The runner sees only what it stages itself: a concatenation, staging here, or preprocess's
+        # kernels also queued the model's inputs on the stream just now.
+        queued = (
+            len(requests) > 1
             or self.hooks.preprocess is not None
             or self.runner.stats.host_to_device_copies != staged_before
         )
-        outputs = self.runner.run(model_inputs, validated=self.hooks.preprocess is not None, fresh=fresh)
+        outputs = self.runner.run_checked(model_inputs, queued)
         if self.hooks.postprocess is not None:
             outputs = _call(self._postprocess_name, self.hooks.postprocess, outputs, inputs)
         else:  # the ONNX file may have outputs that config.pbtxt does not serve
@@ -250,23 +251,22 @@ class HookedRunner:
         return self._place(outputs)
 
     def _check_model_inputs(self, model_inputs: Any) -> None:
-        if _all_tensors(model_inputs) and signature_of(model_inputs) in self._valid_model_inputs:
+        if _all_tensors(model_inputs) and signature_of(model_inputs) in self._checked_model_inputs:
             return
         try:
             if not _all_tensors(model_inputs):
                 raise InputError(f"expected a dict of str -> torch.Tensor, got {_describe(model_inputs)}")
-            self.runner.validate(model_inputs)
+            self.runner.check(model_inputs)
         except InputError as error:
             raise HookError(
                 f"{self._preprocess_name} returned tensors that do not fit the ONNX model: {error}"
             ) from error
-        if len(self._valid_model_inputs) < 1024:
-            self._valid_model_inputs.add(signature_of(model_inputs))
+        self._checked_model_inputs.keep(signature_of(model_inputs))
 
     def _check_outputs(self, outputs: Any, rows: int | None) -> None:
         # The rows are part of the key: the same output shapes can be right for one batch, wrong for another.
         key = (rows, signature_of(outputs)) if _all_tensors(outputs) else None
-        if key in self._valid_outputs:
+        if key in self._checked_outputs:
             return
         try:
             if not _all_tensors(outputs):
@@ -282,14 +282,18 @@ class HookedRunner:
             raise HookError(
                 f"{self._outputs_source} returned outputs that do not fit config.pbtxt: {error}"
             ) from error
-        if len(self._valid_outputs) < 1024:
-            self._valid_outputs.add(key)
+        self._checked_outputs.keep(key)
 
     def _place(self, outputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Contiguous (Triton takes only C-order DLPack tensors), and on the host where the output
         placement says so: one asynchronous copy into pinned memory each, complete at the stream sync."""
         placed = {name: t if t.is_contiguous() else t.contiguous() for name, t in outputs.items()}
-        if not self._on_cuda or not self._to_host(placed):
+        if not self._on_cuda:
+            return placed
+        total = None
+        if self.output_placement.reads_sizes:
+            total = sum(math.prod(t.shape) * t.element_size() for t in placed.values())
+        if not self.output_placement.to_host(total):
             return placed
         self.runner.stats.host_output_runs += 1
         moved = {}
@@ -302,12 +306,6 @@ class HookedRunner:
             else:
                 moved[name] = tensor
         return moved
-
-    def _to_host(self, outputs: Mapping[str, torch.Tensor]) -> bool:
-        if self.output_placement.mode != "auto":
-            return self.output_placement.mode == "host"
-        total = sum(math.prod(t.shape) * t.element_size() for t in outputs.values())
-        return total <= self.output_placement.host_max_bytes
 
 
 def _rows(tensors: Mapping[str, torch.Tensor]) -> int:

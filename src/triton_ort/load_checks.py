@@ -1,10 +1,10 @@
 """The checks a model's load makes of its config.pbtxt and its files that need no session and no device.
 
-One place for both callers, in the order a load makes them: ModelInstance at load (the tensors it checks
-are the ONNX Runtime session's) and `triton-ort config` offline (the ONNX file's graph, read without a
-session: triton_ort.autocomplete.read_onnx_signature). So the offline command refuses a folder with the
-reason the server's load gives. What needs the serving host (a GPU, its execution providers, ONNX Runtime
-reading the whole model) is checked at load only.
+One place for both callers, in the order a load makes them: ModelInstance and ModelPlan.build at load
+(the tensors checked are the ONNX Runtime session's) and `triton-ort config` offline (the ONNX file's
+graph, read without a session: triton_ort.autocomplete.read_onnx_signature). So the offline command
+refuses a folder with the reason the server's load gives. What needs the serving host (a GPU, its execution
+providers, ONNX Runtime reading the whole model) is checked at load only.
 
 Importing this module imports no ONNX Runtime (the offline command needs none); the hooks module is
 imported only for a model that has one.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .dtypes import ElementType, from_onnx_type, from_triton_type
 from .errors import ConfigError
@@ -27,6 +27,18 @@ class TensorSpec:
     name: str
     element_type: ElementType
     shape: tuple[Dim, ...]
+
+
+class OnnxSignature(NamedTuple):
+    """An ONNX model's tensors (read from the file offline, autocomplete.read_onnx_signature, or from a
+    loaded session, IOBindingRunner.signature); `check_config(config, *signature)` checks a config
+    against them."""
+
+    inputs: tuple[TensorSpec, ...]
+    """The inputs every request sends."""
+    outputs: tuple[TensorSpec, ...]
+    overridable: tuple[TensorSpec, ...]
+    """The inputs a request may send (graph inputs with an initializer of their name, IR >= 4)."""
 
 
 def _dim(value: Any) -> Dim:
@@ -54,8 +66,8 @@ def one_value_per_request(spec: TensorSpec) -> bool:
     may replace) holds one value for a whole request: the ONNX file gives it no open first axis (a scalar,
     or a fixed size such as a threshold's [1]), so it cannot have a row per batch row. With max_batch_size
     > 0 Triton still puts a batch axis before it: the request sends the same value in each row, and the
-    model gets that one value (ModelInstance). An overridable input with an open first axis (a `past`
-    state [batch, ...]) is batched like any input."""
+    model gets that one value (ModelPlan.one_value_inputs). An overridable input with an open first axis
+    (a `past` state [batch, ...]) is batched like any input."""
     return not spec.shape or isinstance(spec.shape[0], int)
 
 

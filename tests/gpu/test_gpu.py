@@ -32,8 +32,8 @@ from triton_ort import runner as runner_module
 from triton_ort.copy_counter import cupti_counts_from_log
 from triton_ort.harness.repository import pin_one_instance, read_config, write_config
 from triton_ort.harness.waiting import wait_for
+from triton_ort.output_placement import OutputPlacement
 from triton_ort.providers import CUDA_EP, diagnose_missing_cuda_provider
-from triton_ort.runner import OutputPlacement
 from triton_ort.session import (
     _new_session,
     cuda_options_not_applied,
@@ -138,12 +138,14 @@ def test_a_run_waits_for_fresh_inputs_only_where_ort_reads_one_on_the_host(tmp_p
     assert runner.inputs_read_on_host
     big = torch.randn(4096, 4096, device="cuda")
     for _ in range(3):
-        runner.begin_execute()
+        runner.reclaim_outputs()
         with on_stream(stream):
             (big @ big).sum()  # keeps the stream busy while the shape below is made behind it
             shape = torch.tensor([3, 4], device="cuda") * torch.ones(2, dtype=torch.int64, device="cuda")
             x = torch.arange(12.0, device="cuda").reshape(2, 6)
-            y = runner.run({"x": x, "shape": shape}, fresh=True)["y"]
+            inputs = {"x": x, "shape": shape}
+            runner.check(inputs)
+            y = runner.run_checked(inputs, queued=True)["y"]
         stream.synchronize()
         np.testing.assert_array_equal(y.cpu().numpy(), np.arange(12.0).reshape(3, 4))
 
@@ -168,7 +170,7 @@ def test_output_placement_costs_one_device_to_host_copy_exactly_when_outputs_go_
     x = torch.randn(rows, 2010, device="cuda")
 
     def served_run() -> dict[str, torch.Tensor]:  # as ModelInstance runs it: one run per execute
-        runner.begin_execute()
+        runner.reclaim_outputs()
         return runner.run({"np_script_embeddings": x})
 
     with on_stream(stream):
@@ -192,7 +194,7 @@ def test_host_outputs_of_several_runs_in_one_execute_stay_intact_until_the_next_
     xs = [torch.randn(rows, 2010, device="cuda") for rows in (3, 5, 40)]  # the third outgrows the buffer
     wants = [cpu_reference(demo_onnx(), {"np_script_embeddings": x})["np_logits"] for x in xs]
     for _ in range(2):  # the second execute reuses the pinned buffer the first one grew
-        runner.begin_execute()
+        runner.reclaim_outputs()
         with on_stream(stream):
             outs = [runner.run({"np_script_embeddings": x})["np_logits"] for x in xs]
         stream.synchronize()
@@ -214,7 +216,7 @@ def test_cuda_graphs_replay_right_answers_for_each_shape(placement: str) -> None
     xs = {rows: torch.randn(rows, 2010, device="cuda") for rows in (4, 100)}
     for _ in range(4):  # captures, then replays
         for rows, x in xs.items():
-            runner.begin_execute()
+            runner.reclaim_outputs()
             fresh = x + torch.randn_like(x)  # new values at a new address each time
             with on_stream(stream):
                 out = runner.run({"np_script_embeddings": fresh})["np_logits"]
@@ -236,7 +238,7 @@ def test_graph_plans_past_the_limit_and_repeats_in_one_execute_answer_right(
         create_session(demo_onnx(), ModelOptions(cuda_graph=True), where), where, cuda_graph=True
     )
     for _ in range(3):
-        runner.begin_execute()
+        runner.reclaim_outputs()
         answers = []
         for rows in (4, 8, 16, 4):  # 16 is past the limit; 4 repeats within the execute
             x = torch.randn(rows, 2010, device="cuda")
@@ -272,7 +274,7 @@ def test_padded_graphs_answer_every_batch_size_of_their_bucket(placement: str) -
     answers: dict[int, list[torch.Tensor]] = {}
     for _ in range(4):  # captures, then replays
         for rows in (3, 4, 5, 7, 100, 128):
-            runner.begin_execute()
+            runner.reclaim_outputs()
             x = torch.randn(rows, 2010, device="cuda")  # new values at a new address each time
             with on_stream(stream):
                 out = runner.run({"np_script_embeddings": x})["np_logits"]
@@ -297,15 +299,15 @@ def test_gathered_requests_are_concatenated_into_their_bucket_graphs_input_buffe
     stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     runner = padded_graph_runner(stream, placement)
     read: list[int] = []
-    run = runner.run
+    run_checked = runner.run_checked
 
-    def recorded_run(tensors: dict[str, torch.Tensor], validated: bool = False, fresh: bool = False) -> Any:
+    def recorded_run(tensors: dict[str, torch.Tensor], queued: bool) -> Any:
         read.append(tensors["np_script_embeddings"].data_ptr())
-        return run(tensors, validated, fresh)
+        return run_checked(tensors, queued)
 
-    monkeypatch.setattr(runner, "run", recorded_run)
+    monkeypatch.setattr(runner, "run_checked", recorded_run)
     for _ in range(3):
-        runner.begin_execute()
+        runner.reclaim_outputs()
         requests = [{"np_script_embeddings": torch.randn(rows, 2010, device="cuda")} for rows in (3, 60, 37)]
         with on_stream(stream):
             results = run_requests(runner, requests, gather=True)
@@ -314,7 +316,7 @@ def test_gathered_requests_are_concatenated_into_their_bucket_graphs_input_buffe
             assert isinstance(result, dict), result
             want = cpu_reference(demo_onnx(), request)["np_logits"]
             np.testing.assert_allclose(result["np_logits"].cpu().numpy(), want, **TF32)
-    runner.begin_execute()
+    runner.reclaim_outputs()
     buffer = runner.input_buffers({"np_script_embeddings": requests[0]["np_script_embeddings"]}, 100)
     pointer = buffer["np_script_embeddings"].data_ptr()  # the bucket of 128 rows' graph, its first rows
     assert read[0] != pointer and read[1:] == [pointer, pointer]
@@ -344,7 +346,7 @@ def test_cuda_graphs_step_aside_where_a_model_cannot_be_captured(
     assert not runner.cuda_graph and not nonzero.cuda_graph
     x = torch.tensor([[-1.0, 2.0], [3.0, -4.0]], device="cuda")
     for _ in range(3):
-        runner.begin_execute()
+        runner.reclaim_outputs()
         with on_stream(stream):
             got = runner.run({"x": x})["y"]
         stream.synchronize()
@@ -516,7 +518,7 @@ def test_empty_outputs_on_the_gpu_are_empty_answers_the_python_backend_accepts(
         runner = IOBindingRunner(
             create_session(path, ModelOptions(), placement), placement, output_placement=OutputPlacement(mode)
         )
-        runner.begin_execute()
+        runner.reclaim_outputs()
         with on_stream(stream):
             got = runner.run(inputs)[name]
         stream.synchronize()

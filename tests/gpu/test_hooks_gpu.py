@@ -82,8 +82,8 @@ def test_hooks_run_on_the_instance_stream_with_no_copy_but_the_placed_outputs(
     tmp_path: Path, placement: str, copies: int
 ) -> None:
     instance = gpu_instance(tmp_path, placement)
-    assert isinstance(instance._pipeline, HookedRunner)
-    seen = instance._pipeline.hooks.preprocess.__globals__["SEEN"]  # type: ignore[union-attr]
+    assert isinstance(instance.batch_runner, HookedRunner)
+    seen = instance.batch_runner.hooks.preprocess.__globals__["SEEN"]  # type: ignore[union-attr]
     raws = [raw_features(rows, seed=rows) for rows in (3, 5)]
     requests = [{"raw_embeddings": torch.from_numpy(raw).cuda()} for raw in raws]
     instance.infer(requests)  # warm
@@ -91,7 +91,7 @@ def test_hooks_run_on_the_instance_stream_with_no_copy_but_the_placed_outputs(
     results: list[Any] = []
     names = host_device_copies(lambda: results.extend(instance.infer(requests)))
     assert len(names) == copies, names  # 'host': one device-to-host copy per output, nothing else
-    stream = instance._stream
+    stream = instance.lane.stream
     assert stream is not None
     assert seen == [
         ("preprocess", "cuda:0", stream.cuda_stream),

@@ -51,14 +51,14 @@ def test_a_gathered_batch_is_concatenated_into_the_memory_the_runner_offers(
         asked.append(({name: tensor.shape for name, tensor in tensors.items()}, rows))
         return {"np_script_embeddings": offered[:6]}
 
-    run = runner.run
+    run_checked = runner.run_checked
 
-    def recorded_run(tensors: dict[str, torch.Tensor], validated: bool = False, fresh: bool = False) -> Any:
+    def recorded_run(tensors: dict[str, torch.Tensor], queued: bool) -> Any:
         read.append(tensors["np_script_embeddings"].data_ptr())
-        return run(tensors, validated, fresh)
+        return run_checked(tensors, queued)
 
     monkeypatch.setattr(runner, "input_buffers", input_buffers)
-    monkeypatch.setattr(runner, "run", recorded_run)
+    monkeypatch.setattr(runner, "run_checked", recorded_run)
     results = run_requests(runner, requests, gather=True)
     # asked by the first request's tensors (dtypes, inner axes) and the joint run's rows: no tensor made
     assert asked == [({"np_script_embeddings": torch.Size((1, 2010))}, 6)]
@@ -230,7 +230,7 @@ def test_a_graph_that_mixes_rows_runs_its_requests_apart_unless_told_to_gather(t
         instance = ModelInstance(
             {**config, "parameters": {"gather_requests": {"string_value": gather}}}, path.parent, "CPU", 0
         )
-        assert instance.gather is (gather == "yes")
+        assert instance.plan.gathers is (gather == "yes")
         before = instance.runner.stats.ort_runs
         results = instance.infer(requests)
         assert instance.runner.stats.ort_runs - before == runs

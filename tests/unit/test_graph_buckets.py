@@ -13,7 +13,8 @@ import torch
 from tests.support import graphs
 from tests.support.paths import demo_onnx
 from triton_ort import IOBindingRunner, ModelInstance
-from triton_ort.runner import ROW_VIEWS_KEPT, RunPlan, graph_bucket
+from triton_ort.graph_buckets import graph_bucket
+from triton_ort.run_plans import ROW_VIEWS_KEPT, RunPlan
 
 
 @pytest.mark.parametrize(
@@ -69,17 +70,17 @@ def test_graphs_pad_only_gathered_batches_of_a_graph_that_keeps_rows_apart(
     monkeypatch.setattr(IOBindingRunner, "pad_graph_batches", pad_graph_batches)
     demo_in = [{"name": "np_script_embeddings", "data_type": "TYPE_FP32", "dims": [2010]}]
     demo_out = [{"name": "np_logits", "data_type": "TYPE_FP32", "dims": [2]}]
-    assert _instance(demo_onnx(), 1024, {}, demo_in, demo_out).pads_graph_batches
+    assert _instance(demo_onnx(), 1024, {}, demo_in, demo_out).plan.graph_rows == 1024
     assert asked == [1024]
-    assert not _instance(demo_onnx(), 1024, {"gather_requests": "no"}, demo_in, demo_out).pads_graph_batches
+    assert not _instance(demo_onnx(), 1024, {"gather_requests": "no"}, demo_in, demo_out).plan.graph_rows
     unbatched_in = [{**demo_in[0], "dims": [-1, 2010]}]
     unbatched_out = [{**demo_out[0], "dims": [-1, 2]}]
-    assert not _instance(demo_onnx(), 0, {}, unbatched_in, unbatched_out).pads_graph_batches
+    assert not _instance(demo_onnx(), 0, {}, unbatched_in, unbatched_out).plan.graph_rows
     quantized = graphs.quantized_mlp(tmp_path / "model.onnx")
     mlp_in = [{"name": "x", "data_type": "TYPE_FP32", "dims": [graphs.MLP_FEATURES]}]
     mlp_out = [{"name": "logits", "data_type": "TYPE_FP32", "dims": [3]}]
     for gather in ("auto", "yes"):
-        assert not _instance(quantized, 8, {"gather_requests": gather}, mlp_in, mlp_out).pads_graph_batches
+        assert not _instance(quantized, 8, {"gather_requests": gather}, mlp_in, mlp_out).plan.graph_rows
     assert asked == [1024]
 
 

@@ -83,8 +83,8 @@ def test_gathered_requests_run_the_hooks_once_and_are_split_back(tmp_path: Path)
         """
     )
     instance = instance_with(tmp_path, recording)
-    assert isinstance(instance._pipeline, HookedRunner)
-    seen = instance._pipeline.hooks.preprocess.__globals__["SEEN"]  # type: ignore[union-attr]
+    assert isinstance(instance.batch_runner, HookedRunner)
+    seen = instance.batch_runner.hooks.preprocess.__globals__["SEEN"]  # type: ignore[union-attr]
     seen.clear()  # the warm-up ran it once
     requests = [raw_request(rows, seed=rows) for rows in (1, 3, 2)]
     runs_before = instance.runner.stats.ort_runs
@@ -211,7 +211,7 @@ def test_without_preprocess_the_inputs_are_still_checked_against_the_onnx_file(t
 def test_a_model_without_hooks_runs_the_runner_directly(tmp_path: Path) -> None:
     config = demo_instance_config(8, onnx_file=str(demo_onnx()))
     instance = ModelInstance(config, tmp_path, "CPU", 0)
-    assert instance._pipeline is instance.runner  # nothing between gathering and the runner
+    assert instance.batch_runner is instance.runner  # nothing between gathering and the runner
 
 
 def test_a_request_that_does_not_fit_the_config_is_the_clients_error(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from tests.support.dlpack_layout import python_backend_accepts
 from tests.support.paths import demo_onnx
 from triton_ort import InputError, IOBindingRunner, Placement
 from triton_ort import runner as runner_module
-from triton_ort.runner import OutputPlacement
+from triton_ort.output_placement import OutputPlacement
 
 CPU = Placement("cpu")
 
@@ -183,17 +183,17 @@ def demo_reference(x: torch.Tensor) -> NDArray[Any]:
 
 
 def test_cached_plans_answer_as_fresh_runs_do(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Served the way ModelInstance serves (begin_execute before each execute): a new shape, the same
+    """Served the way ModelInstance serves (reclaim_outputs before each execute): a new shape, the same
     shape again from its plan, a shape back after its plan was evicted, and a repeat of a shape within
     one execute all answer as session.run does, and no answer is overwritten by a later run."""
     monkeypatch.setattr(runner_module, "PLAN_CACHE_SIZE", 2)
     runner = runner_for(demo_onnx())
     for rows in (3, 3, 5, 7, 9, 3):  # 3 is planned, reused, evicted by 5/7/9, and planned again
-        runner.begin_execute()
+        runner.reclaim_outputs()
         x = torch.randn(rows, 2010)
         np.testing.assert_array_equal(demo_run(runner, x).numpy(), demo_reference(x))
         assert runner.plan_count <= 2
-    runner.begin_execute()
+    runner.reclaim_outputs()
     first_x, second_x = torch.randn(4, 2010), torch.randn(4, 2010)
     first = demo_run(runner, first_x)  # the plan's buffers
     second = demo_run(runner, second_x)  # same signature, same execute: a spare plan
@@ -207,11 +207,11 @@ def test_steady_state_binds_only_the_inputs() -> None:
     same output buffer (no allocation per run)."""
     runner = runner_for(demo_onnx())
     x = torch.randn(6, 2010)
-    runner.begin_execute()
+    runner.reclaim_outputs()
     pointer = demo_run(runner, x).data_ptr()
     binds = runner.stats.binds
     for _ in range(3):
-        runner.begin_execute()
+        runner.reclaim_outputs()
         assert demo_run(runner, x).data_ptr() == pointer
     assert runner.stats.binds - binds == 3
 
@@ -221,14 +221,14 @@ def test_a_failed_run_drops_its_plan_and_the_next_run_is_right(tmp_path: Path) -
     runner = runner_for(path)
     x = torch.arange(8, dtype=torch.float32).reshape(2, 4)
     good, bad = torch.tensor([[1], [3]]), torch.tensor([[1], [9]])
-    runner.begin_execute()
+    runner.reclaim_outputs()
     runner.run({"x": x, "idx": good})
     assert runner.plan_count == 1
-    runner.begin_execute()
+    runner.reclaim_outputs()
     with pytest.raises(Exception, match="GatherElements"):
         runner.run({"x": x, "idx": bad})
     assert runner.plan_count == 0
-    runner.begin_execute()
+    runner.reclaim_outputs()
     got = runner.run({"x": x, "idx": good})["out"]
     want = session_run(path, {"x": x.numpy(), "idx": good.numpy()})["out"]
     np.testing.assert_array_equal(got.numpy(), want)
@@ -238,7 +238,7 @@ def test_plans_keep_data_dependent_outputs_right_across_shapes(tmp_path: Path) -
     path = graphs.nonzero(tmp_path / "nz.onnx")
     runner = runner_for(path)
     for x in (torch.tensor([[0.0, 1.0, 0.0, 0.0]]), torch.tensor([[0.0, 1.0, 2.0, 3.0]])):
-        runner.begin_execute()  # one signature, answers of different sizes
+        runner.reclaim_outputs()  # one signature, answers of different sizes
         got = runner.run({"x": x})["indices"]
         np.testing.assert_array_equal(got.numpy(), session_run(path, {"x": x.numpy()})["indices"])
 
@@ -249,7 +249,7 @@ def test_an_empty_ort_allocated_output_has_strides_the_python_backend_accepts(tm
     path = graphs.nonzero(tmp_path / "nz.onnx")
     runner = runner_for(path)
     for execute in range(2):  # a plan's first run and its cached one
-        runner.begin_execute()
+        runner.reclaim_outputs()
         got = runner.run({"x": torch.zeros(3, 4)})["indices"]
         assert got.shape == session_run(path, {"x": np.zeros((3, 4), np.float32)})["indices"].shape == (2, 0)
         assert got.dtype == torch.int64
@@ -264,7 +264,7 @@ def test_an_empty_ort_allocated_output_has_strides_the_python_backend_accepts(tm
 def test_an_empty_preallocated_output_has_strides_the_python_backend_accepts(tmp_path: Path) -> None:
     path = graphs.pairwise_add(tmp_path / "add.onnx")  # z[batch, n]: allocated by the plan
     runner = runner_for(path)
-    runner.begin_execute()
+    runner.reclaim_outputs()
     for rows, width in ((3, 0), (0, 5), (0, 0)):
         got = runner.run({"x": torch.ones(rows, width), "y": torch.ones(rows, width)})["z"]
         assert got.shape == (rows, width) and python_backend_accepts(got), got.stride()
@@ -316,7 +316,7 @@ def test_every_run_names_its_cuda_graph_id(monkeypatch: pytest.MonkeyPatch) -> N
     session = ort.InferenceSession(str(demo_onnx()), providers=["CPUExecutionProvider"])
     for runner in (IOBindingRunner(session, CPU), IOBindingRunner(session, CPU, arena_shrinkage="cpu:0")):
         for _ in range(2):
-            runner.begin_execute()
+            runner.reclaim_outputs()
             runner.run({"np_script_embeddings": torch.randn(3, 2010)})
     assert passed[:2] == [None, None]  # no options at all: ORT does not look
     assert len(passed) == 4 and all(o is not None for o in passed[2:])
