@@ -45,7 +45,8 @@ PRECISION_MODES = {
 # `client.bench --crossover`): host faster at 64 KiB, device faster from 256 KiB on.
 DEFAULT_HOST_OUTPUT_MAX_BYTES = 131072
 # A GPU instance's per-thread stack limit (cuda_context.py): CUDA's default 1024 bytes reserves 198 MiB more
-# of an H200 per process than 256 does (client.bench_memory, docs/benchmarks.md "Memory per instance").
+# of an H200 per process than 256 does (diagnostics.bench_memory; docs/benchmarks.md, "Choosing the
+# instance count").
 DEFAULT_CUDA_STACK_BYTES = 256
 
 
@@ -88,7 +89,7 @@ class ModelOptions:
     arena_extend_strategy: str = "kSameAsRequested"
     """How the CUDA EP's arena grows: by what a run asks, not to the next power of two (ORT's and the native
     backend's default), which on the H200 held 256 MiB less per mlp4096 instance at the same c=16 req/s
-    (client.bench_memory, client.ab; docs/benchmarks.md "Memory per instance")."""
+    (diagnostics.bench_memory; docs/benchmarks.md "Choosing the instance count")."""
     cudnn_conv_algo_search: str = "EXHAUSTIVE"
     graph_optimization_level: str = "all"
     intra_op_num_threads: int = 0

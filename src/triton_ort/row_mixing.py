@@ -8,7 +8,7 @@ a request's answer would change with the requests beside it (measured: 6 of 20 c
 from the same request alone by up to 1.5e-2). The model plan (model_plan.py) runs the requests of such a
 graph one per ORT run unless the `gather_requests` parameter says otherwise.
 
-The rule, kept simple and on the safe side (README, Config parameters, `gather_requests`):
+The rule, kept simple and on the safe side (docs/configuration.md, `gather_requests`):
 - Op types that always compute over the whole tensor mix rows: DynamicQuantizeLinear, ORT's fused
   com.microsoft DynamicQuantizeMatMul and DynamicQuantizeLSTM, and BatchNormalization in training mode
   (statistics over the batch).

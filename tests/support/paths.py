@@ -24,7 +24,8 @@ DEMO_MODEL_PY = MODEL_REPOSITORY / "demo" / "1" / "model.py"
 
 # KIND_AUTO puts the server's instances on the GPU where there is one; ORT's CUDA EP then uses TF32 for
 # fp32 GEMMs, which changes the last bits. Elsewhere the server computes exactly what ORT on CPU computes.
-# ORT's CUDA EP computes fp32 MatMul/Gemm in TF32 by default (use_tf32; README, "Answers on the GPU").
+# ORT's CUDA EP computes fp32 MatMul/Gemm in TF32 by default (use_tf32; docs/gpu-hosts.md, "Answers on the
+# GPU: TF32").
 TF32_TOLERANCE: Tolerance = {"rtol": 2e-3, "atol": 2e-3}
 SERVER_TOLERANCE: Tolerance = TF32_TOLERANCE if gpu_present() else {"rtol": 1e-5, "atol": 1e-6}
 

@@ -1,5 +1,5 @@
 """How the adapter hands outputs to Triton: host tensors as numpy views (no copy), device tensors and
-dtypes numpy lacks through DLPack, strings as numpy arrays (docs/benchmarks.md, "Under load")."""
+dtypes numpy lacks through DLPack, strings as numpy arrays (CHANGELOG.md, numpy views of host outputs)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The memory settings a GPU instance ships with (docs/benchmarks.md, "Memory per instance"): the CUDA
+"""The memory settings a GPU instance ships with (docs/benchmarks.md, "Choosing the instance count"): the CUDA
 context's stack limit and the CUDA arena's growth; the GPU side is tests/gpu/test_instance_memory_gpu.py."""
 
 from __future__ import annotations

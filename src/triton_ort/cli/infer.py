@@ -204,7 +204,8 @@ def run_infer(client: Any, args: argparse.Namespace) -> int:
         np.savez(args.save, **outputs)
     if args.expect and expected is not None:
         # ONNX Runtime's outputs (the usual --expect file) have the model's shape, which a config's reshape
-        # maps to what the server answers: a label [N] is [N, 1] on the wire (README, dims and reshape).
+        # maps to what the server answers: a label [N] is [N, 1] on the wire (docs/serving-your-model.md,
+        # what the config needs).
         served = {
             name: signature.as_served(name, array, outputs[name].shape) if name in outputs else array
             for name, array in expected.items()
