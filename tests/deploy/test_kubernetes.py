@@ -48,18 +48,10 @@ DOCKERFILE = (ROOT / "docker" / "Dockerfile").read_text()
 COMPOSE = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())["services"]["triton"]
 
 
-class ComposeLoader(yaml.SafeLoader):
-    """Reads compose's override tags (`!reset {}`) as their plain values."""
-
-
-def _plain(loader: yaml.SafeLoader, _tag: str, node: yaml.Node) -> Any:
-    return loader.construct_mapping(node) if isinstance(node, yaml.MappingNode) else None
-
-
-ComposeLoader.add_multi_constructor("!", _plain)
-COMPOSE_CPU = yaml.load((ROOT / "docker" / "compose.cpu.yaml").read_text(), Loader=ComposeLoader)["services"][
-    "triton"
-]
+# compose's override tags (`deploy: !reset {}`) read as their plain values
+COMPOSE_CPU = yaml.safe_load(re.sub(r"!\w+\s", "", (ROOT / "docker" / "compose.cpu.yaml").read_text()))[
+    "services"
+]["triton"]
 ADAPTER = yaml.safe_load((KUBERNETES / "prometheus-adapter" / "values.yaml").read_text())
 
 

@@ -45,8 +45,9 @@ def server_repository(container: Manifest) -> str:
 
 
 def mount_at(container: Manifest, path: str) -> Manifest:
-    (mount,) = [m for m in container.get("volumeMounts", []) if m["mountPath"] == path]
-    return mount
+    mounts: list[Manifest] = [m for m in container.get("volumeMounts", []) if m["mountPath"] == path]
+    assert len(mounts) == 1, f"{container['name']}: one volume mounted at {path}"
+    return mounts[0]
 
 
 def environment(container: Manifest, manifests: list[Manifest], secret: dict[str, str]) -> dict[str, str]:
