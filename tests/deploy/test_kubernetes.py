@@ -498,3 +498,23 @@ def test_the_autoscaler_scales_on_the_adapters_queue_time_per_request() -> None:
     assert re.search(r"rate\(nv_inference_request_success\{<<\.LabelMatchers>>\}", rule["metricsQuery"])
     assert rule["resources"]["overrides"]["pod"] == {"resource": "pod"}
     assert hpa["spec"]["minReplicas"] >= 2, "one pod alone cannot be drained under the disruption budget"
+
+
+def test_the_guide_lists_every_piece_of_deploy_kubernetes() -> None:
+    guide = (ROOT / "docs" / "kubernetes.md").read_text()
+    table = guide.split("| file | what it is |", 1)[1].split("\n\n", 1)[0]
+    listed = set(re.findall(r"^\| `([^`]+)` \|", table, flags=re.MULTILINE))
+    pieces = {f"base/{path.name}" for path in (KUBERNETES / "base").glob("*.yaml")} - {
+        "base/kustomization.yaml"
+    }
+    pieces |= {
+        f"{path.parent.relative_to(KUBERNETES)}/"
+        for path in KUBERNETES.glob("*/*/kustomization.yaml")
+        if path.parent.parent.name != "base"
+    } | {
+        f"{path.parent.name}/"
+        for path in KUBERNETES.glob("*/kustomization.yaml")
+        if path.parent.name != "base"
+    }
+    pieces |= {"prometheus-adapter/values.yaml"}
+    assert listed == pieces
