@@ -170,6 +170,12 @@ pack-env: $(ENV_READY) ## pack torch, ONNX Runtime and triton_ort for EXECUTION_
 test-execution-env: models ## the EXECUTION_ENV_PATH recipe alone: pack the CPU stack, serve a model from it (about 70 s)
 	$(PYTHON) -m pytest -q --timeout=600 tests/integration/test_execution_env.py
 
+.PHONY: test-deploy
+test-deploy: $(ENV_READY) ## the Kubernetes manifests' tests, with rclone (Debian) and moto (PyPI) for the model copy's two runs
+	@command -v rclone >/dev/null || { apt-get update -qq && apt-get install -y -qq rclone; }
+	@$(PYTHON) -c "import moto.server" 2>/dev/null || $(PYTHON) -m pip install -q "moto[server]==5.2.5"
+	$(PYTHON) -m pytest -q tests/deploy
+
 .PHONY: test-gpu
 test-gpu: models ## the GPU tests alone (on a CUDA host)
 	$(PYTHON) -m pytest -q -m gpu tests
