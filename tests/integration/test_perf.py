@@ -21,7 +21,7 @@ from tritonclient.grpc import model_config_pb2
 
 from tests import graphs
 from triton_ort.harness.repository import write_config
-from triton_ort.harness.server import LocalTritonServer
+from triton_ort.harness.server import LocalTritonServer, gpu_present
 
 pytestmark = pytest.mark.integration
 
@@ -145,3 +145,11 @@ def test_compare_native_says_the_backend_is_missing_and_measures_ours(
     assert "libtriton_onnxruntime.so" in skipped[0]
     report = json.loads((tmp_path / "perf.json").read_text())
     assert report["native"] is None and {p["model"] for p in report["points"]} == {"optional"}
+
+
+@pytest.mark.skipif(gpu_present(), reason="this host has a GPU: --cuda-shm works here (tests/gpu)")
+def test_cuda_shm_without_cuda_is_one_line(server: LocalTritonServer) -> None:
+    done = perf(server, "optional", "--cuda-shm")
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--cuda-shm needs a CUDA GPU" in lines[0], lines
