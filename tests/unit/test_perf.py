@@ -300,3 +300,23 @@ def test_plot_ticks_are_round_and_cover_the_data() -> None:
     assert nice_ticks(9.3) == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
     assert nice_ticks(1234.0)[-1] >= 1234.0
     assert nice_ticks(0.0) == [0.0, 1.0]
+
+
+def test_a_model_without_a_batch_axis_takes_its_whole_shape() -> None:
+    metadata = {
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 2010]}],
+        "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 2]}],
+    }
+    config = {
+        "name": "m",
+        "max_batch_size": 0,
+        "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 2010]}],
+    }
+    signature = ModelSignature.from_config(config)
+    inputs, batch = perf.build_inputs(signature, metadata, None, ["x:3,2010"])
+    assert batch == 1 and inputs["x"].shape == (3, 2010)
+    assert perf.expected_outputs(metadata, batch, batched=False) == [OutputSpec("y", "FP32", (-1, 2))]
+    with pytest.raises(RequestError, match="input 'x' has open axes"):
+        perf.build_inputs(signature, metadata, None)
+    with pytest.raises(RequestError, match="takes no batch axis"):
+        perf.build_inputs(signature, metadata, 4, ["x:3,2010"])

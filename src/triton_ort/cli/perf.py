@@ -407,18 +407,25 @@ class Load:
     """The async client of one protocol, and the request tensors of each concurrency slot (one set with
     numpy in the body, or one set of CUDA shared-memory regions per slot)."""
 
-    def __init__(self, protocol: str, url: str, slots: list[tuple[list[Any], list[Any]]]) -> None:
+    def __init__(
+        self, protocol: str, url: str, slots: list[tuple[list[Any], list[Any]]], concurrency: int
+    ) -> None:
         self.protocol = protocol
         self.url = url
         self.slots = slots
+        self.concurrency = concurrency
         self.client: Any = None
 
     async def __aenter__(self) -> Load:
         if self.protocol == "grpc":
-            import tritonclient.grpc.aio as aio
+            import tritonclient.grpc.aio as grpc_aio
+
+            self.client = grpc_aio.InferenceServerClient(self.url)
         else:
-            import tritonclient.http.aio as aio
-        self.client = aio.InferenceServerClient(self.url)
+            import tritonclient.http.aio as http_aio
+
+            # a connection per request in flight, and one for the statistics (aiohttp's default is 100)
+            self.client = http_aio.InferenceServerClient(self.url, conn_limit=max(100, self.concurrency + 1))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -716,16 +723,26 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "-m", dest="model_option", metavar="MODEL", help="the same, as perf_analyzer takes it"
     )
-    parser.add_argument("-i", "--protocol", choices=["http", "grpc"], default="http", type=str.lower)
+    parser.add_argument(
+        "-i", "--protocol", choices=["http", "grpc"], default="http", type=str.lower, help="default http"
+    )
     parser.add_argument(
         "-u", "--url", type=host_port, help="host:port (default 127.0.0.1:8000 for http, :8001 for grpc)"
     )
     parser.add_argument(
-        "-b", "--batch-size", type=_positive(int, "1 or more"), help="rows per request (default 1)"
+        "-b",
+        "--batch-size",
+        type=_positive(int, "1 or more"),
+        metavar="N",
+        help="rows per request (default 1)",
     )
     sweep = parser.add_mutually_exclusive_group()
     sweep.add_argument(
-        "--concurrency", type=_positive(int, "1 or more"), nargs="+", help="requests in flight (default 1)"
+        "--concurrency",
+        type=_positive(int, "1 or more"),
+        nargs="+",
+        metavar="N",
+        help="requests in flight, one point each (default 1)",
     )
     sweep.add_argument(
         "--concurrency-range", type=concurrency_range, metavar="START:END[:STEP]", help="as perf_analyzer's"
@@ -758,6 +775,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--stability-percentage",
         type=_positive(float, "a percentage above 0"),
         default=10.0,
+        metavar="PCT",
         help=f"the last {STABLE_WINDOWS} windows must agree within it (default 10)",
     )
     parser.add_argument(
@@ -765,6 +783,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--max-trials",
         type=_positive(int, "1 or more"),
         default=10,
+        metavar="N",
         help="windows per point at most (default 10)",
     )
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every point as JSON")
@@ -788,7 +807,7 @@ async def _measure(
     batch: int,
 ) -> list[Point]:
     points = []
-    async with Load(args.protocol, args.url, slots) as load:
+    async with Load(args.protocol, args.url, slots, max(args.concurrency)) as load:
         for concurrency in args.concurrency:
             for target in targets:  # at each concurrency one after the other: the same moment of the host
                 points.append(await load.point(target, concurrency, batch, args))
