@@ -5,6 +5,7 @@ tools, so that they run from any folder of a venv where the project is installed
     triton-ort config DIR/MODEL                 # the auto-completed config.pbtxt of a model folder, offline
     triton-ort infer MODEL ...                  # one request (triton_ort.cli.infer); health, metadata,
     triton-ort served-config MODEL              #   and the config a running server serves
+    triton-ort perf MODEL --concurrency 1 2 4 8   # latency and throughput (triton_ort.cli.perf)
     triton-ort backend install --backend-directory DIR
 
 Each command's module is imported only when it runs: `config` needs no server and `serve` no client.
@@ -25,6 +26,7 @@ _HELP = {
     "health": "whether the server is live and ready",
     "metadata": "a model's metadata, from the server",
     "served-config": "a model's config as the server serves it",
+    "perf": "latency and throughput of a served model over a concurrency sweep (as perf_analyzer)",
     "backend": "install the backend onnxruntime_zerocopy into a Triton backend directory",
 }
 
@@ -60,6 +62,13 @@ def _serve(argv: list[str]) -> int:
     return 0
 
 
+def _perf(argv: list[str]) -> int:
+    from triton_ort.cli.perf import main as perf
+
+    perf(argv, prog=f"{PROG} perf")
+    return 0
+
+
 def _backend(argv: list[str]) -> int:
     from triton_ort.backend.__main__ import main as backend
 
@@ -72,7 +81,12 @@ def main(argv: list[str] | None = None) -> None:
         print(_usage())
         sys.exit(0 if argv else 2)
     command, rest = argv[0], argv[1:]
-    runners: dict[str, Callable[[list[str]], int]] = {"config": _config, "serve": _serve, "backend": _backend}
+    runners: dict[str, Callable[[list[str]], int]] = {
+        "config": _config,
+        "serve": _serve,
+        "perf": _perf,
+        "backend": _backend,
+    }
     try:
         if command in _CLIENT_COMMANDS:
             from triton_ort.cli.infer import main as client

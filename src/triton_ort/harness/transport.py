@@ -260,17 +260,26 @@ class ModelStatistics:
             reply = client.get_inference_statistics(model, as_json=True)
         else:
             reply = client.get_inference_statistics(model)
+        return cls.from_reply(reply)
+
+    @classmethod
+    def from_reply(cls, reply: Mapping[str, Any]) -> ModelStatistics:
+        """From the statistics reply in JSON (HTTP, or gRPC with as_json=True; their async clients too)."""
         entry = reply["model_stats"][0]
-        stats = entry["inference_stats"]
+        # gRPC's JSON leaves out what is still zero (a model that has not answered yet has no counts)
+        stats = entry.get("inference_stats", {})
+        batch_stats = entry.get("batch_stats", [])
+
+        def count(stage: str) -> int:
+            return int(stats.get(stage, {}).get("count", 0))
+
         return cls(
             executions=int(entry.get("execution_count", 0)),
             inferences=int(entry.get("inference_count", 0)),
-            requests=int(stats["success"].get("count", 0)) + int(stats["fail"].get("count", 0)),
-            batches={
-                int(b["batch_size"]): int(b["compute_infer"].get("count", 0)) for b in entry["batch_stats"]
-            },
-            stages={s: (int(stats[s].get("count", 0)), int(stats[s].get("ns", 0))) for s in STAGES},
-            execute_compute_infer_ns=sum(int(b["compute_infer"].get("ns", 0)) for b in entry["batch_stats"]),
+            requests=count("success") + count("fail"),
+            batches={int(b["batch_size"]): int(b["compute_infer"].get("count", 0)) for b in batch_stats},
+            stages={s: (count(s), int(stats.get(s, {}).get("ns", 0))) for s in STAGES},
+            execute_compute_infer_ns=sum(int(b["compute_infer"].get("ns", 0)) for b in batch_stats),
         )
 
     def new_batches(self, before: ModelStatistics) -> dict[int, int]:

@@ -1,0 +1,886 @@
+"""`triton-ort perf`: latency and throughput of any model a Triton server serves, in perf_analyzer's way.
+
+    triton-ort perf my_model                                   # HTTP, 127.0.0.1:8000, concurrency 1
+    triton-ort perf my_model -i grpc --concurrency 1 2 4 8 16 --json perf.json --csv perf.csv --plot perf.svg
+    triton-ort perf bert --shape input_ids:128 --shape attention_mask:128 -b 8   # open axes: say their size
+    triton-ort perf my_model --inputs real.npz                 # a request's tensors by name, batch first
+    triton-ort perf my_model --cuda-shm                        # GPU hosts: inputs and outputs in CUDA shm
+    triton-ort perf my_model --compare-native                  # and my_model_native, served by "onnxruntime"
+
+Inputs come from the model's metadata and config: random data of each input's type and shape, strings
+included; optional inputs are left out unless --shape or --inputs gives them. Load is closed-loop: at
+concurrency N, N requests are in flight, each sent again as soon as its answer arrives (one asyncio loop,
+tritonclient's async HTTP or gRPC client). Each point is measured in windows of --measurement-interval
+ms until the last 3 windows agree within --stability-percentage on throughput and mean latency (at most
+--max-windows); the figures are those 3 windows': p50/p90/p95/p99 latency, requests and inferences per
+second, and Triton's own stages (queue, compute input, compute infer, compute output) from its statistics
+over the same windows. Every answer is checked against the model's metadata (each output's datatype and
+shape, and its byte count); a wrong one stops the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import csv
+import json
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+from numpy.typing import NDArray
+from tritonclient.utils import InferenceServerException, triton_to_np_dtype
+
+from triton_ort.cli.request_checks import ModelSignature, RequestError
+from triton_ort.harness.reference import random_array
+from triton_ort.harness.transport import (
+    PROTOCOLS,
+    STAGES,
+    ModelStatistics,
+    TensorMeta,
+    make_client,
+    model_config,
+    model_metadata,
+    tensor_metas,
+)
+
+DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
+STABLE_WINDOWS = 3
+"""How many of the last windows must agree, as perf_analyzer's stability check has it."""
+NATIVE_SUFFIX = "_native"
+CLIENT_BUSY = 0.9
+"""Client CPU (cores) above which a point may be limited by the client rather than the server."""
+
+
+class PerfError(RuntimeError):
+    """A run that could not go on: a refused request, a wrong answer; one line."""
+
+
+# --- the requests ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """What an answer's output must look like: Triton's datatype and the shape with the batch filled in
+    (-1 where the model's axis is open)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SeenOutput:
+    """An output as an answer declares it; `nbytes` the bytes that came with it (None: in shared memory,
+    or not known)."""
+
+    datatype: str
+    shape: tuple[int, ...]
+    nbytes: int | None = None
+
+
+def expected_outputs(metadata: Mapping[str, Any], batch: int, batched: bool) -> list[OutputSpec]:
+    specs = []
+    for meta in tensor_metas(metadata, "outputs"):
+        shape = tuple(batch if (batched and axis == 0) else d for axis, d in enumerate(meta.shape))
+        specs.append(OutputSpec(meta.name, meta.datatype, shape))
+    return specs
+
+
+def _shape_text(shape: Sequence[int]) -> str:
+    return "[" + ", ".join(str(d) if d >= 0 else "any" for d in shape) + "]"
+
+
+def check_answer(expected: Sequence[OutputSpec], seen: Mapping[str, SeenOutput]) -> list[str]:
+    """What is wrong with an answer, in words (empty: nothing): an output missing or unasked for, another
+    datatype, another shape, or a byte count that does not match its shape."""
+    problems = []
+    for spec in expected:
+        got = seen.get(spec.name)
+        if got is None:
+            problems.append(f"output {spec.name!r} missing")
+            continue
+        if got.datatype != spec.datatype:
+            problems.append(f"output {spec.name!r}: datatype {got.datatype}, expected {spec.datatype}")
+        fits = len(got.shape) == len(spec.shape) and all(
+            e < 0 or e == g for e, g in zip(spec.shape, got.shape, strict=True)
+        )
+        if not fits:
+            problems.append(
+                f"output {spec.name!r}: shape {list(got.shape)}, expected {_shape_text(spec.shape)}"
+            )
+        elif got.nbytes is not None and got.datatype == spec.datatype and spec.datatype != "BYTES":
+            size = int(np.prod(got.shape)) * np.dtype(triton_to_np_dtype(spec.datatype)).itemsize
+            if got.nbytes != size:
+                problems.append(
+                    f"output {spec.name!r}: {got.nbytes} bytes for shape {list(got.shape)}, expected {size}"
+                )
+    names = {spec.name for spec in expected}
+    problems += [f"output {name!r}: not an output of the model" for name in seen if name not in names]
+    return problems
+
+
+def seen_outputs(result: Any) -> dict[str, SeenOutput]:
+    """The outputs an InferResult (HTTP or gRPC, sync or async) declares, without decoding their data."""
+    response = result.get_response()
+    if isinstance(response, dict):  # HTTP: JSON header, binary data after it
+        return {
+            out["name"]: SeenOutput(
+                out["datatype"],
+                tuple(int(d) for d in out["shape"]),
+                out.get("parameters", {}).get("binary_data_size"),
+            )
+            for out in response.get("outputs", [])
+        }
+    raw = list(response.raw_output_contents)
+    return {
+        out.name: SeenOutput(
+            out.datatype,
+            tuple(int(d) for d in out.shape),
+            len(raw[i]) if len(raw) == len(response.outputs) else None,
+        )
+        for i, out in enumerate(response.outputs)
+    }
+
+
+def parse_shape(item: str) -> tuple[str, tuple[int, ...]]:
+    """--shape NAME:D1,D2,...: an input's dims without the batch axis, as perf_analyzer's --shape."""
+    name, colon, text = item.rpartition(":")
+    try:
+        dims = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        dims = ()
+    if not colon or not name or not dims or any(d < 1 for d in dims):
+        raise RequestError(
+            f"--shape {item!r}: expected NAME:D1,D2,... with the input's dims without the batch axis "
+            "(e.g. input_ids:128)"
+        )
+    return name, dims
+
+
+def _strings(shape: tuple[int, ...], rng: np.random.Generator, text: str | None) -> NDArray[Any]:
+    """A BYTES input: --string-data everywhere, or random lowercase words of 8 letters."""
+    count = int(np.prod(shape))
+    if text is not None:
+        words = [text.encode()] * count
+    else:
+        letters = rng.integers(ord("a"), ord("z") + 1, (count, 8), dtype=np.uint8)
+        words = [row.tobytes() for row in letters]
+    array = np.empty(count, dtype=object)
+    array[:] = words
+    return array.reshape(shape)
+
+
+def _read_npz(path: Path) -> dict[str, NDArray[Any]]:
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise RequestError(f"--inputs {path}: cannot read it as an .npz of arrays ({error})") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise RequestError(f"--inputs {path}: one array (.npy); expected an .npz of inputs by name")
+    with archive:
+        arrays = dict(archive)
+    # np.savez writes Python strings as unicode arrays; a BYTES input is sent as UTF-8 bytes
+    return {
+        name: np.vectorize(str.encode, otypes=[object])(array) if array.dtype.kind == "U" else array
+        for name, array in arrays.items()
+    }
+
+
+def build_inputs(
+    signature: ModelSignature,
+    metadata: Mapping[str, Any],
+    batch: int | None,
+    shapes: Sequence[str] = (),
+    npz: Path | None = None,
+    string_data: str | None = None,
+    seed: int = 0,
+) -> tuple[dict[str, NDArray[Any]], int]:
+    """One request's inputs and its batch: --inputs arrays as given, --shape inputs and every other
+    required input random (optional ones left out), all checked against the model's config."""
+    metas = {meta.name: meta for meta in tensor_metas(metadata, "inputs")}
+    names = ", ".join(metas)
+    batched = signature.max_batch_size > 0
+    given = _read_npz(npz) if npz else {}
+    if given:
+        rows = signature.check_inputs(given)  # names, dtypes, shapes; the batch is their first axis
+        if batch is not None and batch != rows:
+            raise RequestError(
+                f"-b {batch} with --inputs {npz}: its arrays' batch (first axis) is {rows}; leave -b out"
+            )
+        batch = rows
+    batch = 1 if batch is None else batch
+    signature.check_batch(batch, "-b {}")
+    dims: dict[str, tuple[int, ...]] = {}
+    for name, shape in map(parse_shape, shapes):
+        if name not in metas:
+            raise RequestError(
+                f"--shape {name}:...: model {signature.model!r} has no input {name!r}; one of {names}"
+            )
+        if name in given:
+            raise RequestError(f"--shape {name}:...: {name!r} is in --inputs {npz} too; give it once")
+        dims[name] = shape
+    rng = np.random.default_rng(seed)
+    inputs: dict[str, NDArray[Any]] = {}
+    for name, meta in metas.items():
+        if name in given:
+            inputs[name] = given[name]
+            continue
+        own = meta.shape[1:] if batched else meta.shape
+        if name in dims:
+            shape = dims[name]
+            fits = len(shape) == len(own) and all(d < 0 or d == s for d, s in zip(own, shape, strict=True))
+            if not fits:
+                raise RequestError(
+                    f"--shape {name}:{','.join(map(str, shape))}: expected {len(own)} dims like "
+                    f"{_shape_text(own)} ({name}'s dims without the batch axis)"
+                )
+        elif name in signature.optional_inputs:
+            continue  # the model's own default applies
+        elif any(d < 0 for d in own):
+            example = ",".join(str(d) if d >= 0 else "16" for d in own)
+            raise RequestError(
+                f"input {name!r} has open axes {_shape_text(own)} (without the batch axis): give their size "
+                f"with --shape {name}:{example} (for example), or the data in --inputs FILE.npz"
+            )
+        else:
+            shape = own
+        full = (batch, *shape) if batched else shape
+        if meta.datatype == "BYTES":
+            inputs[name] = _strings(full, rng, string_data)
+        else:
+            inputs[name] = random_array(TensorMeta(name, meta.datatype, full), batch, rng)
+    signature.check_inputs(inputs)
+    return inputs, batch
+
+
+# --- windows and stability -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """One measurement window: the latencies (s) of the requests that ended in it, its length (s), the
+    client's CPU time in it (s), and the server's statistics at its end."""
+
+    latencies: tuple[float, ...]
+    seconds: float
+    client_cpu_s: float = 0.0
+    statistics: ModelStatistics | None = None
+
+    @property
+    def requests_per_s(self) -> float:
+        return len(self.latencies) / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def mean_latency(self) -> float:
+        return sum(self.latencies) / len(self.latencies) if self.latencies else 0.0
+
+
+def stable(windows: Sequence[Window], percentage: float, count: int = STABLE_WINDOWS) -> bool:
+    """perf_analyzer's rule: the last `count` windows each within ±percentage % of their mean, both in
+    throughput and in mean latency; a window with no answer in it is never stable."""
+    if len(windows) < count:
+        return False
+    last = windows[-count:]
+    if any(not window.latencies for window in last):
+        return False
+    for values in ([w.requests_per_s for w in last], [w.mean_latency for w in last]):
+        mean = sum(values) / count
+        if any(abs(value - mean) > mean * percentage / 100 for value in values):
+            return False
+    return True
+
+
+@dataclass
+class Point:
+    """One model at one concurrency, from the last STABLE_WINDOWS windows (or fewer, if fewer ran)."""
+
+    model: str
+    concurrency: int
+    batch: int
+    requests: int
+    seconds: float
+    requests_per_s: float
+    infer_per_s: float
+    avg_us: float
+    p50_us: float
+    p90_us: float
+    p95_us: float
+    p99_us: float
+    windows: int
+    stable: bool
+    client_cpu: float
+    """The client process's CPU time over the windows, in cores (1.0: one core busy all the time)."""
+    server_us: dict[str, float] = field(default_factory=dict)
+    """Triton's stages (STAGES), mean µs per request over the same windows."""
+    server_requests: int = 0
+
+
+def summarize(
+    model: str,
+    concurrency: int,
+    batch: int,
+    windows: Sequence[Window],
+    before: ModelStatistics | None,
+    percentage: float,
+) -> Point:
+    """A point from its windows; `before`: the statistics at the start of the first window."""
+    used = list(windows[-STABLE_WINDOWS:])
+    start = windows[-len(used) - 1].statistics if len(windows) > len(used) else before
+    latencies = np.array([latency for window in used for latency in window.latencies]) * 1e6
+    seconds = sum(window.seconds for window in used)
+    requests = len(latencies)
+    p50, p90, p95, p99 = (float(np.percentile(latencies, q)) if requests else 0.0 for q in (50, 90, 95, 99))
+    end = used[-1].statistics if used else None
+    server = end.stage_us(start) if end and start else {}
+    server_requests = end.requests - start.requests if end and start else 0
+    rate = requests / seconds if seconds else 0.0
+    return Point(
+        model=model,
+        concurrency=concurrency,
+        batch=batch,
+        requests=requests,
+        seconds=seconds,
+        requests_per_s=rate,
+        infer_per_s=rate * batch,
+        avg_us=float(latencies.mean()) if requests else 0.0,
+        p50_us=p50,
+        p90_us=p90,
+        p95_us=p95,
+        p99_us=p99,
+        windows=len(windows),
+        stable=stable(windows, percentage),
+        client_cpu=sum(window.client_cpu_s for window in used) / seconds if seconds else 0.0,
+        server_us=server,
+        server_requests=server_requests,
+    )
+
+
+# --- the load -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    """A served model and what its answers must look like."""
+
+    name: str
+    expected: list[OutputSpec]
+
+
+class Progress:
+    """A tqdm bar per point on a terminal (tqdm is optional); one line per window elsewhere, so that a
+    log shows the run moving."""
+
+    def __init__(self, total: int, label: str) -> None:
+        self.label = label
+        self.bar: Any = None
+        if sys.stderr.isatty():
+            with contextlib.suppress(ImportError):
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, desc=label, unit=" windows", leave=False, file=sys.stderr)
+
+    def window(self, number: int, window: Window, is_stable: bool) -> None:
+        text = f"{window.requests_per_s:.1f} req/s, mean {window.mean_latency * 1e3:.3f} ms"
+        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=False)
+            self.bar.update()
+        else:
+            state = "stable" if is_stable else "measuring"
+            print(f"{self.label}: window {number}: {text} ({state})", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def note(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+class Load:
+    """The async client of one protocol, and the request tensors of each concurrency slot (one set with
+    numpy in the body, or one set of CUDA shared-memory regions per slot)."""
+
+    def __init__(
+        self, protocol: str, url: str, slots: list[tuple[list[Any], list[Any]]], concurrency: int
+    ) -> None:
+        self.protocol = protocol
+        self.url = url
+        self.slots = slots
+        self.concurrency = concurrency
+        self.client: Any = None
+
+    async def __aenter__(self) -> Load:
+        if self.protocol == "grpc":
+            import tritonclient.grpc.aio as grpc_aio
+
+            self.client = grpc_aio.InferenceServerClient(self.url)
+        else:
+            import tritonclient.http.aio as http_aio
+
+            # a connection per request in flight, and one for the statistics (aiohttp's default is 100)
+            self.client = http_aio.InferenceServerClient(self.url, conn_limit=max(100, self.concurrency + 1))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.client.close()
+
+    async def statistics(self, model: str) -> ModelStatistics:
+        if self.protocol == "grpc":
+            reply = await self.client.get_inference_statistics(model, as_json=True)
+        else:
+            reply = await self.client.get_inference_statistics(model)
+        return ModelStatistics.from_reply(reply)
+
+    async def ask(self, target: Target, slot: int) -> float:
+        """One request on a slot's tensors; its latency (s). A refusal or a wrong answer raises PerfError."""
+        inputs, outputs = self.slots[slot % len(self.slots)]
+        started = time.perf_counter()
+        try:
+            result = await self.client.infer(target.name, inputs, outputs=outputs)
+        except InferenceServerException as error:
+            raise PerfError(f"model {target.name!r} refused a request: {_one_line(error)}") from None
+        latency = time.perf_counter() - started
+        problems = check_answer(target.expected, seen_outputs(result))
+        if problems:
+            raise PerfError(f"wrong answer from model {target.name!r}: {'; '.join(problems)}")
+        return latency
+
+    async def point(self, target: Target, concurrency: int, batch: int, args: argparse.Namespace) -> Point:
+        """Closed-loop load at `concurrency` in windows until stable (or --max-windows)."""
+        await self.ask(target, 0)  # the first answer is checked before anything is timed
+        latencies: list[float] = []
+        stopping = asyncio.Event()
+
+        async def worker(slot: int) -> None:
+            while not stopping.is_set():
+                latencies.append(await self.ask(target, slot))
+
+        progress = Progress(args.max_windows, f"{target.name} c={concurrency}")
+        windows: list[Window] = []
+        before = await self.statistics(target.name)
+        workers = [asyncio.create_task(worker(slot)) for slot in range(concurrency)]
+        try:
+            seen, started, cpu = 0, time.perf_counter(), time.process_time()
+            while len(windows) < args.max_windows:
+                done, _ = await asyncio.wait(
+                    workers, timeout=args.measurement_interval / 1e3, return_when=asyncio.FIRST_EXCEPTION
+                )
+                for task in done:
+                    task.result()  # a refused request or a wrong answer: raised here
+                now, cpu_now, count = time.perf_counter(), time.process_time(), len(latencies)
+                statistics = await self.statistics(target.name)
+                windows.append(Window(tuple(latencies[seen:count]), now - started, cpu_now - cpu, statistics))
+                seen, started, cpu = count, now, cpu_now
+                is_stable = stable(windows, args.stability_percentage)
+                progress.window(len(windows), windows[-1], is_stable)
+                if is_stable:
+                    break
+        finally:
+            progress.close()
+            stopping.set()  # each worker ends after its request in flight: regions are not left in use
+            await asyncio.wait(workers, timeout=max(30.0, 3 * args.measurement_interval / 1e3))
+            for task in workers:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+        point = summarize(target.name, concurrency, batch, windows, before, args.stability_percentage)
+        if not point.stable:
+            note(
+                f"{target.name} c={concurrency}: not stable within {args.max_windows} windows "
+                f"(±{args.stability_percentage:g} %); the figures are the last {STABLE_WINDOWS} windows'. "
+                "Longer windows (--measurement-interval) or more of them (--max-windows) may settle it"
+            )
+        if point.client_cpu >= CLIENT_BUSY:
+            note(
+                f"{target.name} c={concurrency}: the client used {point.client_cpu:.2f} of a CPU core: this "
+                "point may measure the client more than the server"
+            )
+        return point
+
+
+@contextlib.contextmanager
+def request_slots(
+    args: argparse.Namespace, inputs: dict[str, NDArray[Any]], expected: list[OutputSpec], count: int
+) -> Iterator[list[tuple[list[Any], list[Any]]]]:
+    """The request tensors: numpy in the body (one set, shared by every slot), or with --cuda-shm a set of
+    registered CUDA shared-memory regions for each slot (its own outputs), removed at the end."""
+    module = PROTOCOLS[args.protocol]
+    if not args.cuda_shm:
+        items = []
+        for name, array in inputs.items():
+            item = module.InferInput(name, list(array.shape), _wire_type(array))
+            item.set_data_from_numpy(array)
+            items.append(item)
+        yield [(items, [module.InferRequestedOutput(spec.name) for spec in expected])]
+        return
+    strings = [name for name, array in inputs.items() if array.dtype.kind in "OSU"]
+    if strings:
+        raise RequestError(
+            f"--cuda-shm: input {strings[0]!r} holds strings; CUDA shared memory takes numbers"
+        )
+    layout = {}
+    for spec in expected:
+        if spec.datatype == "BYTES" or any(d < 0 for d in spec.shape):
+            raise RequestError(
+                f"--cuda-shm needs outputs of fixed shape and number type; {spec.name!r} is "
+                f"{spec.datatype}{_shape_text(spec.shape)}"
+            )
+        layout[spec.name] = (np.dtype(triton_to_np_dtype(spec.datatype)), spec.shape)
+    try:
+        from tritonclient.utils.cuda_shared_memory import CudaSharedMemoryException
+
+        from triton_ort.cli.cuda_shm import CudaShmIO
+    except ImportError as error:  # tritonclient imports cuda.bindings for it: not installed on CPU hosts
+        raise RequestError(f"--cuda-shm needs a CUDA GPU and cuda-bindings on this host ({error})") from None
+    client = make_client(args.protocol, args.url)
+    with contextlib.ExitStack() as stack:
+        try:
+            regions = [stack.enter_context(CudaShmIO(client, "", inputs, layout)) for _ in range(count)]
+        except CudaSharedMemoryException as error:
+            raise RequestError(f"--cuda-shm needs a CUDA GPU on this host: {_one_line(error)}") from None
+        yield [(region.infer_inputs, region.requested_outputs) for region in regions]
+
+
+def _wire_type(array: NDArray[Any]) -> str:
+    from tritonclient.utils import np_to_triton_dtype
+
+    return "BYTES" if array.dtype.kind in "OSU" else str(np_to_triton_dtype(array.dtype))
+
+
+# --- the native backend beside ours ---------------------------------------------------------------------
+
+
+def _index(client: Any) -> list[dict[str, Any]]:
+    if isinstance(client, PROTOCOLS["grpc"].InferenceServerClient):
+        reply = client.get_model_repository_index(as_json=True)
+        return list(reply.get("models", [])) if isinstance(reply, dict) else []
+    return list(client.get_model_repository_index())
+
+
+def native_twin(client: Any, name: str) -> tuple[bool, bool, str]:
+    """Whether the twin `name` (the same model.onnx with backend "onnxruntime") is ready to measure,
+    whether this run loaded it (explicit model control: then it unloads it too), and otherwise the one
+    line that says why it is skipped."""
+    entry = next((e for e in _index(client) if e.get("name") == name), None)
+    if entry is None:
+        return (
+            False,
+            False,
+            f"native onnxruntime backend: skipped, the server has no model {name!r} (serve your model.onnx "
+            'under that name with backend: "onnxruntime" beside yours; docs/benchmarks.md)',
+        )
+    if entry.get("state") == "READY":
+        return True, False, ""
+    reason = str(entry.get("reason", ""))
+    if not reason:  # in the repository, not loaded: explicit model control lets us load it
+        try:
+            client.load_model(name)
+            return True, True, ""
+        except InferenceServerException as error:
+            entry = next((e for e in _index(client) if e.get("name") == name), {})
+            reason = str(entry.get("reason", "")) or _one_line(error)
+    if "libtriton_onnxruntime" in reason or "backend" in reason.lower():
+        return False, False, f"native onnxruntime backend: not installed on this server, skipped ({reason})"
+    return False, False, f"native onnxruntime backend: model {name!r} is not ready, skipped ({reason})"
+
+
+# --- reports ------------------------------------------------------------------------------------------
+
+
+def table(points: Sequence[Point]) -> str:
+    header = ["model", "conc", "batch", "n", "infer/s", "p50 ms", "p90 ms", "p95 ms", "p99 ms"]
+    header += ["server us (queue/in/infer/out)", "stable"]
+    rows = [
+        [
+            p.model,
+            str(p.concurrency),
+            str(p.batch),
+            str(p.requests),
+            f"{p.infer_per_s:.1f}",
+            *(f"{v / 1e3:.3f}" for v in (p.p50_us, p.p90_us, p.p95_us, p.p99_us)),
+            "/".join(f"{p.server_us.get(s, 0.0):.0f}" for s in STAGES) if p.server_us else "-",
+            "yes" if p.stable else "no",
+        ]
+        for p in points
+    ]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    lines = [
+        "  ".join(
+            cell.rjust(w) if 0 < i < 9 else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in (header, ["-" * w for w in widths], *rows)
+    ]
+    return "\n".join(lines)
+
+
+def ratios(points: Sequence[Point], ours: str, native: str) -> list[str]:
+    """native / ours at each concurrency both were measured at."""
+    lines = []
+    for mine in (p for p in points if p.model == ours):
+        theirs = next((p for p in points if p.model == native and p.concurrency == mine.concurrency), None)
+        if theirs and mine.p50_us and mine.infer_per_s:
+            lines.append(
+                f"native onnxruntime / {ours} at c={mine.concurrency}: "
+                f"p50 {theirs.p50_us / mine.p50_us:.2f}x, "
+                f"throughput {theirs.infer_per_s / mine.infer_per_s:.2f}x"
+            )
+    return lines
+
+
+CSV_FIELDS = [
+    "model",
+    "concurrency",
+    "batch",
+    "requests",
+    "infer_per_s",
+    "requests_per_s",
+    "avg_us",
+    "p50_us",
+    "p90_us",
+    "p95_us",
+    "p99_us",
+    *(f"server_{stage}_us" for stage in STAGES),
+    "windows",
+    "stable",
+    "client_cpu",
+]
+
+
+def csv_rows(points: Sequence[Point]) -> list[dict[str, Any]]:
+    rows = []
+    for point in points:
+        row = {key: value for key, value in asdict(point).items() if key in CSV_FIELDS}
+        row |= {f"server_{stage}_us": point.server_us.get(stage, "") for stage in STAGES}
+        rows.append(row)
+    return rows
+
+
+def write_reports(args: argparse.Namespace, report: dict[str, Any], points: Sequence[Point]) -> None:
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    if args.csv:
+        with open(args.csv, "w", newline="") as out:
+            writer = csv.DictWriter(out, fieldnames=CSV_FIELDS)
+            writer.writeheader()
+            writer.writerows(csv_rows(points))
+    if args.plot:
+        from triton_ort.cli.perf_plot import svg_plot
+
+        args.plot.write_text(svg_plot(points, f"{args.model}: latency against throughput"))
+
+
+# --- the command ----------------------------------------------------------------------------------------
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see --help\n")
+
+
+def _positive(kind: type, what: str) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number ({what})") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {what}")
+        return value
+
+    return parse
+
+
+def concurrency_range(text: str) -> list[int]:
+    """perf_analyzer's --concurrency-range START:END[:STEP] (END included)."""
+    try:
+        parts = [int(part) for part in text.split(":")]
+    except ValueError:
+        parts = []
+    if not 2 <= len(parts) <= 3 or parts[0] < 1 or parts[1] < parts[0] or (len(parts) == 3 and parts[2] < 1):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected START:END[:STEP] with 1 <= START <= END, e.g. 1:16:4"
+        )
+    step = parts[2] if len(parts) == 3 else 1
+    return list(range(parts[0], parts[1] + 1, step))
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    from triton_ort.cli.infer import host_port
+
+    parser = _Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", nargs="?", help="the model's name on the server (or -m)")
+    parser.add_argument(
+        "-m", dest="model_option", metavar="MODEL", help="the same, as perf_analyzer takes it"
+    )
+    parser.add_argument(
+        "-i", "--protocol", choices=["http", "grpc"], default="http", type=str.lower, help="default http"
+    )
+    parser.add_argument(
+        "-u", "--url", type=host_port, help="host:port (default 127.0.0.1:8000 for http, :8001 for grpc)"
+    )
+    parser.add_argument(
+        "-b",
+        "--batch-size",
+        type=_positive(int, "1 or more"),
+        metavar="N",
+        help="rows per request (default 1)",
+    )
+    sweep = parser.add_mutually_exclusive_group()
+    sweep.add_argument(
+        "--concurrency",
+        type=_positive(int, "1 or more"),
+        nargs="+",
+        metavar="N",
+        help="requests in flight, one point each (default 1)",
+    )
+    sweep.add_argument(
+        "--concurrency-range", type=concurrency_range, metavar="START:END[:STEP]", help="as perf_analyzer's"
+    )
+    parser.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME:D1,D2,...",
+        help="an input's dims without the batch axis, for its open axes (as perf_analyzer's --shape)",
+    )
+    parser.add_argument(
+        "--inputs", type=Path, metavar="FILE.npz", help="real inputs by name, batch axis first"
+    )
+    parser.add_argument(
+        "--string-data", metavar="TEXT", help="every string input element (default random words)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    parser.add_argument("--cuda-shm", action="store_true", help="inputs and outputs in CUDA shared memory")
+    parser.add_argument(
+        "-p",
+        "--measurement-interval",
+        type=_positive(float, "milliseconds above 0"),
+        default=2000.0,
+        metavar="MS",
+        help="length of a measurement window (default 2000 ms)",
+    )
+    parser.add_argument(
+        "-s",
+        "--stability-percentage",
+        type=_positive(float, "a percentage above 0"),
+        default=10.0,
+        metavar="PCT",
+        help=f"the last {STABLE_WINDOWS} windows must agree within it (default 10)",
+    )
+    parser.add_argument(
+        "--max-windows",
+        "--max-trials",
+        type=_positive(int, "1 or more"),
+        default=10,
+        metavar="N",
+        help="windows per point at most (default 10)",
+    )
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write every point as JSON")
+    parser.add_argument("--csv", "-f", type=Path, metavar="FILE", help="write every point as CSV")
+    parser.add_argument("--plot", type=Path, metavar="FILE.svg", help="latency against throughput (SVG)")
+    parser.add_argument(
+        "--compare-native",
+        action="store_true",
+        help=f"also measure MODEL{NATIVE_SUFFIX}: the same model.onnx served by Triton's onnxruntime backend",
+    )
+    parser.add_argument(
+        "--native-model", metavar="NAME", help=f"the native model's name (default MODEL{NATIVE_SUFFIX})"
+    )
+    return parser
+
+
+async def _measure(
+    args: argparse.Namespace,
+    targets: list[Target],
+    slots: list[tuple[list[Any], list[Any]]],
+    batch: int,
+) -> list[Point]:
+    points = []
+    async with Load(args.protocol, args.url, slots, max(args.concurrency)) as load:
+        for concurrency in args.concurrency:
+            for target in targets:  # at each concurrency one after the other: the same moment of the host
+                points.append(await load.point(target, concurrency, batch, args))
+    return points
+
+
+def run(args: argparse.Namespace) -> int:
+    client = make_client(args.protocol, args.url)
+    metadata = model_metadata(client, args.model)
+    signature = ModelSignature.from_config(model_config(client, args.model))
+    inputs, batch = build_inputs(
+        signature, metadata, args.batch_size, args.shape, args.inputs, args.string_data, args.seed
+    )
+    batched = signature.max_batch_size > 0
+    targets = [Target(args.model, expected_outputs(metadata, batch, batched))]
+    native = args.native_model or f"{args.model}{NATIVE_SUFFIX}"
+    loaded = False
+    if args.compare_native:
+        ready, loaded, why = native_twin(client, native)
+        if ready:
+            targets.append(Target(native, expected_outputs(model_metadata(client, native), batch, batched)))
+        else:
+            note(why)
+    try:
+        with request_slots(args, inputs, targets[0].expected, max(args.concurrency)) as slots:
+            points = asyncio.run(_measure(args, targets, slots, batch))
+    finally:
+        if loaded:
+            with contextlib.suppress(InferenceServerException):
+                client.unload_model(native)
+    print(table(points))
+    compared = ratios(points, args.model, native) if len(targets) > 1 else []
+    for line in compared:
+        print(line)
+    report = {
+        "model": args.model,
+        "protocol": args.protocol,
+        "url": args.url,
+        "transport": "cuda-shm" if args.cuda_shm else "numpy",
+        "batch": batch,
+        "inputs": {name: f"{array.dtype}{list(array.shape)}" for name, array in inputs.items()},
+        "measurement_interval_ms": args.measurement_interval,
+        "stability_percentage": args.stability_percentage,
+        "max_windows": args.max_windows,
+        "native": native if len(targets) > 1 else None,
+        "points": [asdict(point) for point in points],
+        "ratios": compared,
+    }
+    write_reports(args, report, points)
+    return 0
+
+
+def main(argv: list[str] | None = None, prog: str = "triton-ort perf") -> None:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    if args.model and args.model_option and args.model != args.model_option:
+        parser.error(f"two models: {args.model!r} and -m {args.model_option!r}; give one")
+    args.model = args.model or args.model_option
+    if not args.model:
+        parser.error("no model: give its name (triton-ort perf MODEL, or -m MODEL)")
+    args.concurrency = args.concurrency or args.concurrency_range or [1]
+    args.url = args.url or DEFAULT_URLS[args.protocol]
+    if args.plot and args.plot.suffix.lower() != ".svg":
+        parser.error(f"--plot {args.plot}: the plot is an SVG file; name it with .svg")
+    try:
+        sys.exit(run(args))
+    except RequestError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    except PerfError as error:
+        parser.exit(1, f"{parser.prog}: error: {error}\n")
+    except (InferenceServerException, OSError) as error:
+        parser.exit(1, f"{parser.prog}: error: {args.protocol} {args.url}: {_one_line(error)}\n")
+
+
+if __name__ == "__main__":
+    main()

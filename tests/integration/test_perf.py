@@ -1,0 +1,155 @@
+"""`triton-ort perf` as a user runs it (the installed command, from any folder) against a real tritonserver:
+a model with open axes (sized by --shape, and a one-line error naming the input and the flag without it),
+a model with string inputs and outputs, a model with optional inputs (left out unless asked for), JSON, CSV
+and the plot written and read back, and --compare-native on a server without Triton's onnxruntime backend
+(the local tritonserver, nvidia-pytriton's, has none): one line says so and ours is measured alone.
+
+Short windows (200 ms, at most 4 of them) keep each run to a few seconds."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tritonclient.grpc import model_config_pb2
+
+from tests import graphs
+from triton_ort.harness.repository import write_config
+from triton_ort.harness.server import LocalTritonServer, gpu_present
+
+pytestmark = pytest.mark.integration
+
+COMMAND = str(Path(sys.executable).parent / "triton-ort")
+SHORT = ("--measurement-interval", "200", "--max-windows", "4")
+MODELS = {
+    "open_axes": (graphs.pairwise_add, "onnxruntime_zerocopy"),  # x[b, n] + y[b, m]
+    "strings": (graphs.label_encoder, "onnxruntime_zerocopy"),  # s string[b, 1], x float[b, 2]
+    "optional": (graphs.overridable, "onnxruntime_zerocopy"),  # x, and optional scale and offset
+    "optional_native": (graphs.overridable, "onnxruntime"),  # the same file for Triton's own backend
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServer]:
+    repository = tmp_path_factory.mktemp("perf") / "repository"
+    for name, (build, backend) in MODELS.items():
+        build(repository / name / "1" / "model.onnx")
+        config = model_config_pb2.ModelConfig(backend=backend, max_batch_size=8)
+        config.instance_group.add(count=1)
+        write_config(repository / name, config)
+    # Explicit model control: the native twin stays unloaded at start (this server has no backend for it,
+    # and the launcher would refuse the repository); perf then tries to load it, as on a user's server.
+    loads = [f"--load-model={name}" for name in MODELS if not name.endswith("_native")]
+    with LocalTritonServer(repository, extra_args=["--model-control-mode=explicit", *loads]) as running:
+        yield running
+
+
+def perf(server: LocalTritonServer, *args: str, protocol: str = "http") -> subprocess.CompletedProcess[str]:
+    url = server.http_url if protocol == "http" else server.grpc_url
+    return subprocess.run(
+        [COMMAND, "perf", "-i", protocol, "-u", url, *SHORT, *args],
+        cwd="/",  # any folder: the command needs nothing from the checkout
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_open_axes_sized_by_shape_over_grpc_with_json_csv_and_plot(
+    server: LocalTritonServer, tmp_path: Path
+) -> None:
+    out = {kind: tmp_path / f"perf.{kind}" for kind in ("json", "csv", "svg")}
+    done = perf(
+        server,
+        "open_axes",
+        *("--shape", "x:5", "--shape", "y:5", "-b", "2", "--concurrency", "1", "4"),
+        *("--json", str(out["json"]), "--csv", str(out["csv"]), "--plot", str(out["svg"])),
+        protocol="grpc",
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out["json"].read_text())
+    assert report["inputs"] == {"x": "float32[2, 5]", "y": "float32[2, 5]"}
+    points = report["points"]
+    assert [p["concurrency"] for p in points] == [1, 4] and {p["batch"] for p in points} == {2}
+    for point in points:
+        assert point["requests"] > 0 and 0 < point["p50_us"] <= point["p90_us"] <= point["p99_us"]
+        assert point["infer_per_s"] == pytest.approx(2 * point["requests_per_s"])
+        assert 1 <= point["windows"] <= 4 and isinstance(point["stable"], bool)
+        # Triton's own stages over the same windows, and the requests it counted there
+        assert set(point["server_us"]) == {"queue", "compute_input", "compute_infer", "compute_output"}
+        assert point["server_us"]["compute_infer"] > 0 and point["server_requests"] > 0
+    rows = list(csv.DictReader(out["csv"].open()))
+    assert [int(row["concurrency"]) for row in rows] == [1, 4]
+    assert float(rows[1]["p99_us"]) == pytest.approx(points[1]["p99_us"])
+    assert float(rows[0]["server_compute_infer_us"]) > 0
+    svg = ElementTree.parse(out["svg"]).getroot()
+    assert svg.tag.endswith("svg") and "c=4" in out["svg"].read_text()
+    # the table on stdout: a header, its underline and one line per point
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:2] == ["model", "conc"] and len(lines) == 4, done.stdout
+    assert lines[2].split()[:2] == ["open_axes", "1"] and lines[3].split()[:2] == ["open_axes", "4"]
+
+
+def test_an_open_axis_without_shape_is_one_line_naming_the_input_and_the_flag(
+    server: LocalTritonServer,
+) -> None:
+    done = perf(server, "open_axes", "--shape", "x:5")
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "'y'" in lines[0] and "--shape y:" in lines[0] and "--inputs" in lines[0], (
+        lines
+    )
+    wrong = perf(server, "open_axes", "--shape", "x:5,5", "--shape", "y:5")
+    assert wrong.returncode == 2 and "--shape x:5,5: expected 1 dims like [any]" in wrong.stderr
+
+
+def test_strings_in_and_out_over_http(server: LocalTritonServer, tmp_path: Path) -> None:
+    done = perf(server, "strings", "--concurrency", "2", "--json", str(tmp_path / "perf.json"))
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "perf.json").read_text())
+    assert report["inputs"] == {"s": "object[1, 1]", "x": "float32[1, 2]"}
+    assert report["points"][0]["requests"] > 0
+
+
+def test_optional_inputs_are_left_out_unless_asked_for(server: LocalTritonServer, tmp_path: Path) -> None:
+    plain = perf(server, "optional", "--json", str(tmp_path / "plain.json"))
+    assert plain.returncode == 0, plain.stderr
+    assert json.loads((tmp_path / "plain.json").read_text())["inputs"] == {"x": "float32[1, 4]"}
+    offset = perf(
+        server, "optional", "--shape", "offset:4", "-b", "3", "--json", str(tmp_path / "offset.json")
+    )
+    assert offset.returncode == 0, offset.stderr
+    inputs = json.loads((tmp_path / "offset.json").read_text())["inputs"]
+    assert inputs == {"x": "float32[3, 4]", "offset": "float32[3, 4]"}
+    # `scale` takes one value per request: random rows differ, the server refuses, and the run stops in
+    # one line with the server's reason (real data goes in --inputs)
+    refused = perf(server, "optional", "--shape", "scale:1", "-b", "3")
+    assert refused.returncode == 1 and refused.stdout == ""
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "model 'optional' refused a request" in lines[0] and "'scale'" in lines[0]
+
+
+def test_compare_native_says_the_backend_is_missing_and_measures_ours(
+    server: LocalTritonServer, tmp_path: Path
+) -> None:
+    done = perf(server, "optional", "--compare-native", "--json", str(tmp_path / "perf.json"))
+    assert done.returncode == 0, done.stderr
+    skipped = [line for line in done.stderr.splitlines() if line.startswith("native onnxruntime backend")]
+    assert len(skipped) == 1 and "not installed on this server, skipped" in skipped[0], done.stderr
+    assert "libtriton_onnxruntime.so" in skipped[0]
+    report = json.loads((tmp_path / "perf.json").read_text())
+    assert report["native"] is None and {p["model"] for p in report["points"]} == {"optional"}
+
+
+@pytest.mark.skipif(gpu_present(), reason="this host has a GPU: --cuda-shm works here (tests/gpu)")
+def test_cuda_shm_without_cuda_is_one_line(server: LocalTritonServer) -> None:
+    done = perf(server, "optional", "--cuda-shm")
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--cuda-shm needs a CUDA GPU" in lines[0], lines

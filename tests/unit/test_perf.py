@@ -1,0 +1,322 @@
+"""`triton-ort perf`'s parts without a server: the answer check (a wrong shape, datatype or byte count is
+caught), the stability rule on synthetic windows, a point's figures from its windows, the inputs built
+from a model's metadata (open axes, optional and string inputs), the arguments, the native twin's skip
+lines, and the reports."""
+
+from __future__ import annotations
+
+import csv
+import io
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2
+from tritonclient.utils import InferenceServerException
+
+from triton_ort.cli import perf
+from triton_ort.cli.perf import OutputSpec, SeenOutput, Window, check_answer, stable
+from triton_ort.cli.perf_plot import nice_ticks, svg_plot
+from triton_ort.cli.request_checks import ModelSignature, RequestError
+from triton_ort.harness.transport import STAGES, ModelStatistics
+
+EXPECTED = [
+    OutputSpec("y", "FP32", (2, 4)),
+    OutputSpec("ids", "INT64", (2, -1)),
+    OutputSpec("t", "BYTES", (2,)),
+]
+
+
+def answer(**changes: SeenOutput) -> dict[str, SeenOutput]:
+    outputs = {
+        "y": SeenOutput("FP32", (2, 4), 32),
+        "ids": SeenOutput("INT64", (2, 7), 112),
+        "t": SeenOutput("BYTES", (2,), 21),
+    }
+    return {**outputs, **changes}
+
+
+def test_a_right_answer_passes_whatever_its_open_axes_hold() -> None:
+    assert check_answer(EXPECTED, answer()) == []
+    assert check_answer(EXPECTED, answer(ids=SeenOutput("INT64", (2, 0), 0))) == []
+    assert check_answer(EXPECTED, answer(y=SeenOutput("FP32", (2, 4), None))) == []  # in shared memory
+
+
+@pytest.mark.parametrize(
+    ("changed", "words"),
+    [
+        ({"y": SeenOutput("FP32", (3, 4), 48)}, "output 'y': shape [3, 4], expected [2, 4]"),
+        ({"y": SeenOutput("FP32", (2, 4, 1), 32)}, "output 'y': shape [2, 4, 1], expected [2, 4]"),
+        ({"ids": SeenOutput("INT64", (2,), 16)}, "output 'ids': shape [2], expected [2, any]"),
+        ({"y": SeenOutput("FP16", (2, 4), 16)}, "output 'y': datatype FP16, expected FP32"),
+        ({"y": SeenOutput("FP32", (2, 4), 31)}, "output 'y': 31 bytes for shape [2, 4], expected 32"),
+        ({"extra": SeenOutput("FP32", (1,), 4)}, "output 'extra': not an output of the model"),
+    ],
+)
+def test_a_wrong_answer_is_named(changed: dict[str, SeenOutput], words: str) -> None:
+    assert check_answer(EXPECTED, answer(**changed)) == [words]
+
+
+def test_a_missing_output_is_named() -> None:
+    seen = answer()
+    del seen["t"]
+    assert check_answer(EXPECTED, seen) == ["output 't' missing"]
+
+
+def test_the_outputs_an_answer_declares_over_http_and_grpc() -> None:
+    class HttpResult:
+        def get_response(self) -> dict[str, Any]:
+            outputs = [
+                {"name": "y", "datatype": "FP32", "shape": [2, 4], "parameters": {"binary_data_size": 32}}
+            ]
+            return {"outputs": outputs}
+
+    assert perf.seen_outputs(HttpResult()) == {"y": SeenOutput("FP32", (2, 4), 32)}
+    response = service_pb2.ModelInferResponse()
+    response.outputs.add(name="y", datatype="FP32", shape=[2, 4])
+    response.raw_output_contents.append(b"\0" * 30)
+
+    class GrpcResult:
+        def get_response(self) -> service_pb2.ModelInferResponse:
+            return response
+
+    seen = perf.seen_outputs(GrpcResult())
+    assert seen == {"y": SeenOutput("FP32", (2, 4), 30)}
+    assert check_answer([OutputSpec("y", "FP32", (2, 4))], seen) == [
+        "output 'y': 30 bytes for shape [2, 4], expected 32"
+    ]
+
+
+def windows(*figures: tuple[int, float]) -> list[Window]:
+    """Windows of one second: (answers, each one's latency in ms)."""
+    return [Window(tuple([ms / 1e3] * count), 1.0) for count, ms in figures]
+
+
+@pytest.mark.parametrize(
+    ("figures", "is_stable"),
+    [
+        ([(100, 10.0), (100, 10.0), (100, 10.0)], True),
+        ([(50, 30.0), (100, 10.0), (105, 10.5), (96, 9.6)], True),  # only the last three count
+        ([(100, 10.0), (100, 10.0)], False),  # fewer than three windows
+        ([(100, 10.0), (100, 10.0), (125, 10.0)], False),  # throughput 13 % above the mean
+        ([(100, 10.0), (100, 10.0), (100, 12.5)], False),  # latency too
+        ([(100, 10.0), (108, 10.0), (92, 10.0)], True),  # each within 8 % of their mean
+        ([(100, 10.0), (100, 10.0), (0, 0.0)], False),  # a window that saw no answer
+    ],
+)
+def test_stability_is_the_last_three_windows_within_the_percentage(
+    figures: list[tuple[int, float]], is_stable: bool
+) -> None:
+    assert stable(windows(*figures), 10.0) is is_stable
+
+
+def test_a_tighter_percentage_asks_for_closer_windows() -> None:
+    close = windows((100, 10.0), (104, 10.0), (96, 10.0))
+    assert stable(close, 5.0) and not stable(close, 3.0)
+
+
+def statistics(requests: int, queue_ns: int, infer_ns: int) -> ModelStatistics:
+    stages = dict.fromkeys(STAGES, (requests, 0)) | {
+        "queue": (requests, queue_ns),
+        "compute_infer": (requests, infer_ns),
+    }
+    return ModelStatistics(requests, requests, requests, {}, stages)
+
+
+def test_a_point_takes_the_last_three_windows_and_the_servers_stages_over_them() -> None:
+    ws = [
+        Window((0.5,) * 10, 1.0, 0.2, statistics(10, 10_000, 100_000)),  # left out: before the last three
+        Window((0.001,) * 95 + (0.002,) * 5, 1.0, 0.3, statistics(110, 20_000, 200_000)),
+        Window((0.001,) * 100, 1.0, 0.3, statistics(210, 30_000, 300_000)),
+        Window((0.001,) * 100, 2.0, 0.6, statistics(310, 40_000, 400_000)),
+    ]
+    point = perf.summarize("m", 4, 8, ws, statistics(0, 0, 0), 10.0)
+    assert (point.requests, point.seconds, point.windows) == (300, 4.0, 4)
+    assert point.requests_per_s == 75.0 and point.infer_per_s == 600.0
+    assert point.p50_us == pytest.approx(1000.0) and point.p99_us == pytest.approx(2000.0)
+    assert point.client_cpu == pytest.approx(0.3)
+    # the statistics between the first window's end and the last one's: 300 requests
+    assert point.server_requests == 300
+    assert point.server_us["queue"] == pytest.approx(0.1) and point.server_us[
+        "compute_infer"
+    ] == pytest.approx(1.0)
+    assert not point.stable  # 100 req/s, 100 req/s, 50 req/s
+
+
+META = {
+    "inputs": [
+        {"name": "ids", "datatype": "INT64", "shape": [-1, -1]},
+        {"name": "mask", "datatype": "INT64", "shape": [-1, 16]},
+        {"name": "text", "datatype": "BYTES", "shape": [-1, 1]},
+        {"name": "scale", "datatype": "FP32", "shape": [-1, 1]},
+    ],
+    "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 2]}],
+}
+CONFIG = {
+    "name": "bert",
+    "max_batch_size": 8,
+    "input": [
+        {"name": "ids", "data_type": "TYPE_INT64", "dims": [-1]},
+        {"name": "mask", "data_type": "TYPE_INT64", "dims": [16]},
+        {"name": "text", "data_type": "TYPE_STRING", "dims": [1]},
+        {"name": "scale", "data_type": "TYPE_FP32", "dims": [1], "optional": True},
+    ],
+}
+SIGNATURE = ModelSignature.from_config(CONFIG)
+
+
+def test_inputs_from_the_metadata_with_open_axes_sized_strings_and_optional_ones_left_out() -> None:
+    inputs, batch = perf.build_inputs(SIGNATURE, META, 4, ["ids:128"], string_data="hello")
+    assert batch == 4 and sorted(inputs) == ["ids", "mask", "text"]
+    assert inputs["ids"].shape == (4, 128) and inputs["ids"].dtype == np.int64
+    assert inputs["mask"].shape == (4, 16)
+    assert inputs["text"].shape == (4, 1) and inputs["text"][0, 0] == b"hello"
+    with_scale, _ = perf.build_inputs(SIGNATURE, META, None, ["ids:3", "scale:1"])
+    assert with_scale["scale"].shape == (1, 1) and with_scale["text"].dtype == object
+
+
+def test_inputs_from_an_npz_set_the_batch(tmp_path: Path) -> None:
+    np.savez(tmp_path / "real.npz", ids=np.ones((2, 5), np.int64), text=np.array([["a"], ["b"]]))
+    inputs, batch = perf.build_inputs(SIGNATURE, META, None, npz=tmp_path / "real.npz")
+    assert batch == 2 and inputs["ids"].shape == (2, 5) and inputs["mask"].shape == (2, 16)
+    assert inputs["text"][1, 0] == b"b"  # unicode from np.savez, sent as UTF-8 bytes
+    with pytest.raises(RequestError, match=r"-b 3 with --inputs .*batch .* is 2; leave -b out"):
+        perf.build_inputs(SIGNATURE, META, 3, npz=tmp_path / "real.npz")
+
+
+@pytest.mark.parametrize(
+    ("batch", "shapes", "words"),
+    [
+        (1, [], r"input 'ids' has open axes \[any\] .*--shape ids:16 .*--inputs FILE.npz"),
+        (1, ["ids:4,4"], r"--shape ids:4,4: expected 1 dims like \[any\]"),
+        (1, ["ids:4", "mask:15"], r"--shape mask:15: expected 1 dims like \[16\]"),
+        (1, ["ids:4", "masks:16"], "model 'bert' has no input 'masks'; one of ids, mask, text, scale"),
+        (1, ["ids=4"], "--shape 'ids=4': expected NAME:D1,D2,..."),
+        (1, ["ids:0"], "--shape 'ids:0': expected NAME:D1,D2,..."),
+        (9, ["ids:4"], "-b 9: expected 1 to 8"),
+    ],
+)
+def test_inputs_that_cannot_be_built_are_one_clear_error(batch: int, shapes: list[str], words: str) -> None:
+    with pytest.raises(RequestError, match=words):
+        perf.build_inputs(SIGNATURE, META, batch, shapes)
+
+
+def test_concurrency_range_is_perf_analyzers() -> None:
+    assert perf.concurrency_range("1:4") == [1, 2, 3, 4]
+    assert perf.concurrency_range("1:16:5") == [1, 6, 11, 16]
+    for text in ("0:4", "4:1", "1", "1:4:0", "a:b"):
+        with pytest.raises(Exception, match="START:END"):
+            perf.concurrency_range(text)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        ([], "no model"),
+        (["a", "-m", "b"], "two models"),
+        (["m", "--plot", "p.png"], "name it with .svg"),
+        (["m", "--concurrency", "0"], "expected 1 or more"),
+        (["m", "--concurrency", "2", "--concurrency-range", "1:2"], "not allowed with"),
+        (["m", "-u", "http://h:1"], "without the scheme"),
+    ],
+)
+def test_bad_arguments_are_refused_before_connecting(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        perf.main(argv)
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert len(error.strip().splitlines()) == 1 and words in error, error
+
+
+class Index:
+    """A client's repository index and load_model, as a server with or without the native backend has
+    them."""
+
+    def __init__(self, entry: dict[str, str] | None, load_error: str = "") -> None:
+        self.entries = [{"name": "m", "state": "READY"}] + ([entry] if entry else [])
+        self.load_error = load_error
+        self.loaded: list[str] = []
+
+    def get_model_repository_index(self) -> list[dict[str, str]]:
+        return self.entries
+
+    def load_model(self, name: str) -> None:
+        if self.load_error:
+            self.entries[-1] = {"name": name, "state": "UNAVAILABLE", "reason": self.load_error}
+            raise InferenceServerException("failed to load")
+        self.loaded.append(name)
+
+
+MISSING = "unable to find 'libtriton_onnxruntime.so' or 'onnxruntime/model.py' for model 'm_native'"
+
+
+def test_the_native_twin_is_measured_loaded_or_skipped_with_one_line() -> None:
+    assert perf.native_twin(Index({"name": "m_native", "state": "READY"}), "m_native") == (True, False, "")
+    unloaded = Index({"name": "m_native"})
+    assert perf.native_twin(unloaded, "m_native") == (True, True, "") and unloaded.loaded == ["m_native"]
+    ready, loaded, why = perf.native_twin(Index({"name": "m_native"}, MISSING), "m_native")
+    assert (
+        not ready
+        and not loaded
+        and why.startswith("native onnxruntime backend: not installed on this server")
+    )
+    assert MISSING in why
+    failed = {"name": "m_native", "state": "UNAVAILABLE", "reason": MISSING}
+    assert "not installed" in perf.native_twin(Index(failed), "m_native")[2]
+    absent = perf.native_twin(Index(None), "m_native")[2]
+    assert "the server has no model 'm_native'" in absent and 'backend: "onnxruntime"' in absent
+
+
+def point(model: str, concurrency: int, rate: float, p50_ms: float) -> perf.Point:
+    return perf.Point(
+        model, concurrency, 1, 100, 1.0, rate, rate, p50_ms * 1e3, p50_ms * 1e3, p50_ms * 1.2e3,
+        p50_ms * 1.3e3, p50_ms * 2e3, 3, True, 0.4, dict.fromkeys(STAGES, 5.0), 100,
+    )  # fmt: skip
+
+
+def test_ratios_csv_and_plot() -> None:
+    points = [point("m", 1, 100.0, 10.0), point("m_native", 1, 200.0, 4.0), point("m", 4, 300.0, 12.0)]
+    assert perf.ratios(points, "m", "m_native") == [
+        "native onnxruntime / m at c=1: p50 0.40x, throughput 2.00x"
+    ]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=perf.CSV_FIELDS)
+    writer.writeheader()
+    writer.writerows(perf.csv_rows(points))
+    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert [row["model"] for row in rows] == ["m", "m_native", "m"] and rows[0]["server_queue_us"] == "5.0"
+    svg = svg_plot(points, "m: latency against throughput")
+    root = ElementTree.fromstring(svg)
+    assert len(root.findall("{http://www.w3.org/2000/svg}polyline")) == 2
+    assert "c=4" in svg and "m_native" in svg
+    assert "native onnxruntime" not in perf.table(points) and perf.table(points).count("\n") == 4
+
+
+def test_plot_ticks_are_round_and_cover_the_data() -> None:
+    assert nice_ticks(9.3) == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+    assert nice_ticks(1234.0)[-1] >= 1234.0
+    assert nice_ticks(0.0) == [0.0, 1.0]
+
+
+def test_a_model_without_a_batch_axis_takes_its_whole_shape() -> None:
+    metadata = {
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 2010]}],
+        "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 2]}],
+    }
+    config = {
+        "name": "m",
+        "max_batch_size": 0,
+        "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 2010]}],
+    }
+    signature = ModelSignature.from_config(config)
+    inputs, batch = perf.build_inputs(signature, metadata, None, ["x:3,2010"])
+    assert batch == 1 and inputs["x"].shape == (3, 2010)
+    assert perf.expected_outputs(metadata, batch, batched=False) == [OutputSpec("y", "FP32", (-1, 2))]
+    with pytest.raises(RequestError, match="input 'x' has open axes"):
+        perf.build_inputs(signature, metadata, None)
+    with pytest.raises(RequestError, match="takes no batch axis"):
+        perf.build_inputs(signature, metadata, 4, ["x:3,2010"])
