@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from render_manifests import render
 
-from tests.paths import ROOT
+from tests.support.paths import ROOT
 
 Manifest = dict[str, Any]
 

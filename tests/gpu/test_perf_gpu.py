@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.paths import ROOT
-from tests.repository import build_test_repository
+from tests.support.paths import ROOT
+from tests.support.repository import build_test_repository
 from triton_ort.harness.server import LocalTritonServer
 from triton_ort.harness.transport import make_client
 

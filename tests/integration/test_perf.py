@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import model_config_pb2
 
-from tests import graphs
+from tests.support import graphs
 from triton_ort.harness.repository import write_config
 from triton_ort.harness.server import LocalTritonServer, gpu_present
 
