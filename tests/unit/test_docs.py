@@ -21,7 +21,11 @@ MARKDOWN_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 
 def tracked_text_files() -> list[Path]:
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True).stdout
+    """The repository's text files: tracked ones, and new ones git does not ignore (a copy of a working
+    tree whose index predates a new file still checks it)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True
+    ).stdout
     if not listed:  # a copy without git's index: the tracked files are not known
         pytest.skip("not a git checkout: `git ls-files` lists nothing")
     files = []

@@ -138,12 +138,16 @@ def seen_outputs(result: Any) -> dict[str, SeenOutput]:
             for out in response.get("outputs", [])
         }
     raw = list(response.raw_output_contents)
+
+    def nbytes(index: int, out: Any) -> int | None:
+        # An output written into a shared-memory region (--cuda-shm) comes back with empty contents: its
+        # bytes are in the region, so only its datatype and shape can be checked here.
+        if "shared_memory_region" in out.parameters or len(raw) != len(response.outputs):
+            return None
+        return len(raw[index])
+
     return {
-        out.name: SeenOutput(
-            out.datatype,
-            tuple(int(d) for d in out.shape),
-            len(raw[i]) if len(raw) == len(response.outputs) else None,
-        )
+        out.name: SeenOutput(out.datatype, tuple(int(d) for d in out.shape), nbytes(i, out))
         for i, out in enumerate(response.outputs)
     }
 
