@@ -12,6 +12,7 @@ imported only for a model that has one.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,10 +20,12 @@ from typing import TYPE_CHECKING
 from .errors import ConfigError
 from .options import ModelOptions, parse_options
 from .served_config import ServedConfig
-from .signature import TensorSpec, check_config
+from .signature import TensorSpec, check_config, one_value_per_request, shape_text
 
 if TYPE_CHECKING:
     from .hooks import Hooks
+
+LOGGER = logging.getLogger(__name__)
 
 
 def check_warmup_batch_sizes(batch_sizes: Sequence[int], max_batch_size: int) -> None:
@@ -64,13 +67,37 @@ def check_tensors(
     outputs: Sequence[TensorSpec],
     hooks: Hooks | None,
     overridable: Sequence[TensorSpec] = (),
-) -> None:
+) -> tuple[str, ...]:
     """config.pbtxt against the ONNX file's inputs and outputs (signature.check_config; `overridable`:
     the inputs a request may send), or, with hooks, on the sides no hook stands on
-    (hooks.check_config_around_hooks)."""
+    (hooks.check_config_around_hooks). Returns the notes the load logs (at INFO) and `triton-ort config`
+    prints: one_value_inputs_note."""
     if hooks is None:
         check_config(config, inputs, outputs, overridable)
-        return
+        note = one_value_inputs_note(config, overridable)
+        if note:
+            LOGGER.info("model %r: %s", config.name, note)
+        return (note,) if note else ()
     from .hooks import check_config_around_hooks
 
     check_config_around_hooks(config, hooks, inputs, outputs)
+    return ()
+
+
+def one_value_inputs_note(config: ServedConfig, overridable: Sequence[TensorSpec]) -> str | None:
+    """The one line for a config that sets max_batch_size over overridable inputs of one value per
+    request (a default with no open first axis, such as a `scale [1]`): auto-complete leaves such a model
+    unbatched, as the native backend would with every input it serves, so only a config's own
+    max_batch_size batches it, and then the request sends each such input with a batch axis, its one value
+    in every row. None where no such input is served."""
+    listed = {entry.name for entry in config.inputs}
+    one_value = [s for s in overridable if s.name in listed and one_value_per_request(s)]
+    if not config.batched or not one_value:
+        return None
+    shapes = ", ".join(f"{s.name!r} as {shape_text(('rows', *(s.shape or (1,))))}" for s in one_value)
+    return (
+        f"max_batch_size {config.max_batch_size} is set in config.pbtxt, so the inputs of one value per "
+        f"request (an overridable default without a batch axis) are sent with a batch axis, that value in "
+        f"every row: {shapes}; without max_batch_size the model is not batched and requests send them in "
+        "the ONNX file's shape"
+    )

@@ -44,12 +44,12 @@ def _config(argv: list[str]) -> int:
     parser.add_argument("model_dir", type=Path, help="a model folder: config.pbtxt and version folders")
     args = parser.parse_args(argv)
     try:
-        text, warning = config_text(args.model_dir)
+        text, notes = config_text(args.model_dir)
     except ConfigCommandError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     print(text, end="", flush=True)
-    if warning:
-        print(f"note: {warning}", file=sys.stderr)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     return 0
 
 

@@ -81,9 +81,9 @@ def _as_dict(config: model_config_pb2.ModelConfig) -> dict[str, Any]:
     return as_dict
 
 
-def completed_config(model_dir: Path) -> tuple[model_config_pb2.ModelConfig, str | None]:
-    """(the config the folder is served with, the zero-copy warning for it or None); ConfigCommandError
-    for a folder the server would not load."""
+def completed_config(model_dir: Path) -> tuple[model_config_pb2.ModelConfig, list[str]]:
+    """(the config the folder is served with, the notes for it: what the load logs about it, and the
+    zero-copy warning); ConfigCommandError for a folder the server would not load."""
     model_dir = model_dir.resolve()  # paths in messages as the server names them
     name = model_dir.name
     problems = check_model(model_dir, PYTHON_BACKENDS)
@@ -121,15 +121,18 @@ def completed_config(model_dir: Path) -> tuple[model_config_pb2.ModelConfig, str
         options = checked_options(served)
         hooks = load_hooks(version, options)
         inputs, outputs, overridable = read_onnx_signature(version / options.onnx_file)
-        check_tensors(served, inputs, outputs, hooks, overridable)
+        notes = list(check_tensors(served, inputs, outputs, hooks, overridable))
         if not_completed is not None:
             raise not_completed
     except TritonOrtError as error:
         raise ConfigCommandError(f"model '{name}': {error}") from None
     # Offline, where the model will run is not known: the warning is given as for a GPU host.
-    return config, zero_copy_warning(written, gpu_visible=True)
+    if warning := zero_copy_warning(written, gpu_visible=True):
+        notes.append(warning)
+    return config, notes
 
 
-def config_text(model_dir: Path) -> tuple[str, str | None]:
-    config, warning = completed_config(model_dir)
-    return text_format.MessageToString(config), warning
+def config_text(model_dir: Path) -> tuple[str, list[str]]:
+    """The completed config as config.pbtxt text, and the notes to print after it."""
+    config, notes = completed_config(model_dir)
+    return text_format.MessageToString(config), notes
