@@ -18,7 +18,7 @@ from .cuda_context import lower_stack_limit
 from .errors import InferenceError, InputError, ProviderError
 from .gather import Result, Runs, run_requests
 from .hooks import ClientSpecs, HookedRunner
-from .load_checks import check_tensors, checked_options, load_hooks
+from .load_checks import check_python_backend_types, check_tensors, checked_options, load_hooks
 from .metrics import InstanceMetrics, request_rows
 from .options import ModelOptions
 from .row_mixing import row_mixing_in_file
@@ -85,10 +85,12 @@ class ModelInstance:
         instance_kind: str,
         device_id: int,
         metrics: InstanceMetrics | None = None,
+        carries_bf16: bool = True,
     ) -> None:
         # The checks that need no session or device come from load_checks, which `triton-ort config`
         # runs offline in the same order: its refusals are the load's.
         config = ServedConfig.parse(model_config)  # read once; every check below takes it
+        check_python_backend_types(config, carries_bf16)  # what the python backend probed (model.py)
         self.options: ModelOptions = checked_options(config)
         self.metrics = metrics
         self.max_batch_size = config.max_batch_size

@@ -44,6 +44,38 @@ def check_warmup_batch_sizes(batch_sizes: Sequence[int], max_batch_size: int) ->
         )
 
 
+BF16_FIRST_RELEASE = (2, 49)
+"""The first tritonserver whose python backend carries BF16 tensors (release 24.08): python_backend
+2b12abe "Add BF16 tensor support via dlpack" (r24.08 src/pb_stub_utils.cc triton_to_dlpack_type and
+dlpack_to_triton_type, src/pb_tensor.cc no numpy array for BF16). Up to r24.07 the stub builds a numpy
+array for every CPU tensor it receives and throws "TYPE_BF16 not currently supported."
+(r23.12 src/pb_stub_utils.cc:170-171, triton_to_pybind_dtype), and has no DLPack code for BF16."""
+BF16_FIRST_RELEASE_TEXT = "Triton 24.08 (tritonserver 2.49)"
+
+
+def bf16_tensors(config: ServedConfig) -> list[str]:
+    """The config's BF16 inputs and outputs ("input 'x'"): the tensors the python backend must carry."""
+    return [
+        f"{kind} {entry.name!r}"
+        for kind, entries in (("input", config.inputs), ("output", config.outputs))
+        for entry in entries
+        if entry.data_type.removeprefix("TYPE_") == "BF16"
+    ]
+
+
+def check_python_backend_types(config: ServedConfig, carries_bf16: bool) -> None:
+    """A BF16 input or output on a python backend that cannot carry BF16 (before 24.08) would load and
+    then have every request refused; the load is refused instead, naming the tensor and the release."""
+    tensors = bf16_tensors(config)
+    if tensors and not carries_bf16:
+        raise ConfigError(
+            f"{', '.join(tensors)} {'is' if len(tensors) == 1 else 'are'} BF16, which this server's python "
+            "backend cannot carry (every request would be refused: 'TYPE_BF16 not currently supported'); "
+            f"BF16 tensors are served from {BF16_FIRST_RELEASE_TEXT} on: serve the model there, or give "
+            "the model FP16 or FP32 at that tensor (a Cast inside the graph)"
+        )
+
+
 def checked_options(config: ServedConfig) -> ModelOptions:
     """The model's options (parameters and optimization, triton_ort.options) as the load reads them from
     the completed config, with the warm-up batch sizes checked against its max_batch_size."""

@@ -267,3 +267,20 @@ def quantized_mlp(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     quantize_dynamic(str(float_model), str(path), weight_type=QuantType.QInt8)
     return path
+
+
+def bf16_doubler(path: Path) -> Path:
+    """y = 2 x in bfloat16, x and y bfloat16[b, 4] (computed in float32 between two Casts, which ORT's CPU
+    provider has for bfloat16)."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["x32"], to=TensorProto.FLOAT),
+            helper.make_node("Add", ["x32", "x32"], ["y32"]),
+            helper.make_node("Cast", ["y32"], ["y"], to=TensorProto.BFLOAT16),
+        ],
+        "bf16_doubler",
+        [v("x", TensorProto.BFLOAT16, ["batch", 4])],
+        [v("y", TensorProto.BFLOAT16, ["batch", 4])],
+    )
+    return save(graph, path)
