@@ -12,6 +12,7 @@ imported only for a model that has one.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,7 +82,19 @@ def checked_options(config: ServedConfig) -> ModelOptions:
     the completed config, with the warm-up batch sizes checked against its max_batch_size."""
     options = parse_options(config.parameters, config.optimization)
     check_warmup_batch_sizes(options.warmup, config.max_batch_size)
-    return options
+    return dataclasses.replace(options, op_libraries=config.op_libraries)
+
+
+def check_operators(version_dir: Path, options: ModelOptions) -> None:
+    """model_operations' op libraries given by absolute paths exist; without any, a node of a domain ONNX
+    Runtime does not implement is refused naming it (custom_ops.check_custom_operators). The load says
+    the same from ONNX Runtime's own refusal (session.py), so a model ORT reads is read once."""
+    from .custom_ops import check_custom_operators, check_op_libraries
+
+    check_op_libraries(options.op_libraries)
+    check_custom_operators(
+        version_dir / options.onnx_file, options.op_libraries, tensorrt=options.tensorrt_options is not None
+    )
 
 
 def load_hooks(version_dir: Path, options: ModelOptions) -> Hooks | None:

@@ -64,6 +64,16 @@ LOADING: dict[str, tuple[Callable[[Path], Path], str]] = {
     # ...and batched where the config sets max_batch_size, scale then sent as [rows, 1]
     "overridable_batched": (graphs.overridable, TWO_LINES + "max_batch_size: 8\n"),
 }
+if importlib.util.find_spec("onnxruntime_extensions") is not None:  # requirements-dev.txt, tests only
+    import onnxruntime_extensions
+
+    # A custom operator (ai.onnx.contrib NegPos) with the library that registers it, as the native backend
+    # takes it
+    LOADING["custom_op"] = (
+        graphs.contrib_negpos,
+        TWO_LINES
+        + f'model_operations {{ op_library_filename: "{onnxruntime_extensions.get_library_path()}" }}\n',
+    )
 # name -> (ONNX file builder, config.pbtxt): each one refused at load, and offline.
 REFUSED: dict[str, tuple[Callable[[Path], Path], str]] = {
     "wrong_dims": (_copy_demo, TWO_LINES + f'input [ {{ name: "{DEMO_INPUT}", dims: [ 2000 ] }} ]\n'),
@@ -91,6 +101,12 @@ REFUSED: dict[str, tuple[Callable[[Path], Path], str]] = {
         + exported.SEQUENCE_CONFIG.replace("data_type: TYPE_UINT64", "data_type: TYPE_UINT32"),
     ),
     "damaged_onnx": (_damaged, TWO_LINES),
+    # A node of a domain no one implements, without model_operations: named with the line to add
+    "custom_op_unregistered": (graphs.custom_op, TWO_LINES),
+    "custom_op_missing_library": (
+        graphs.custom_op,
+        TWO_LINES + 'model_operations { op_library_filename: "/nonexistent/libcustom_ops.so" }\n',
+    ),
     # Only an input with a default (an initializer of its name) may be optional.
     "optional_required": (
         _copy_demo,
@@ -209,6 +225,26 @@ def test_a_config_that_sets_max_batch_size_keeps_one_value_inputs_and_says_so(
         client, "overridable_batched", {"x": x, "scale": np.full((3, 1), 3.0, np.float32)}, ["y"]
     )
     np.testing.assert_allclose(outputs["y"], x * 3.0)
+
+
+def test_a_custom_operator_is_served_through_its_library_and_without_one_the_node_is_named(
+    served: tuple[LocalTritonServer, Path],
+) -> None:
+    server, _ = served
+    errors = {e.split("'")[1]: e for e in server.failed_models()}
+    assert (
+        "node 'fancy' (op type 'MyFancyOp') is of domain 'com.example', which ONNX Runtime does not "
+        "implement: register the custom-op library that does in config.pbtxt: model_operations { "
+        'op_library_filename: "/path/to/libcustom_ops.so" }'
+    ) in errors["custom_op_unregistered"]
+    assert "is not a registered function/op" not in errors["custom_op_unregistered"]
+    assert "'/nonexistent/libcustom_ops.so' does not exist" in errors["custom_op_missing_library"]
+    if "custom_op" not in LOADING:
+        pytest.skip("onnxruntime-extensions is not installed here (requirements-dev.txt)")
+    x = np.array([[1.0, -2.0, 3.0, -4.0], [-0.5, 0.0, 0.5, 8.0]], np.float32)
+    outputs, _ = infer(make_client("http", server.http_url), "custom_op", {"x": x}, ["neg", "pos"])
+    np.testing.assert_array_equal(outputs["neg"], np.minimum(x, 0))
+    np.testing.assert_array_equal(outputs["pos"], np.maximum(x, 0))
 
 
 def test_the_label_of_a_classifier_is_served_and_printed_with_its_reshape(

@@ -12,10 +12,12 @@ Before printing, the folder gets the checks a load makes without a GPU, with the
 the launcher's pre-start check (files, version folders, the backend's name, with the closest one for a
 misspelt name: triton_ort.harness.checks.check_model), then the model instance's checks of the
 completed config (triton_ort.load_checks: parameters and optimization, warm-up batch sizes, the hooks
-module, inputs, outputs and sequence controls against the ONNX file). Any refusal exits non-zero with the
-reason the load gives. Not checked here, because they need the serving host: the execution providers
-(CUDA, TensorRT, OpenVINO) and ONNX Runtime's own reading of the whole model (an operator or an IR version
-that its onnxruntime does not have).
+module, inputs, outputs and sequence controls against the ONNX file, custom operators without a library
+to register them, and, with --triton-version, BF16 tensors on a python backend that cannot carry them).
+Any refusal exits non-zero with the reason the load gives. Not checked here, because they need the
+serving host: the execution providers (CUDA, TensorRT, OpenVINO) and ONNX Runtime's own reading of the
+whole model (an operator of a known domain, or an IR version, that its onnxruntime does not have; what
+a model_operations library registers).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from triton_ort.load_checks import (
     BF16_FIRST_RELEASE,
     BF16_FIRST_RELEASE_TEXT,
     bf16_tensors,
+    check_operators,
     check_python_backend_types,
     check_tensors,
     checked_options,
@@ -152,6 +155,7 @@ def completed_config(
         hooks = load_hooks(version, options)
         inputs, outputs, overridable = read_onnx_signature(version / options.onnx_file)
         notes = list(check_tensors(served, inputs, outputs, hooks, overridable))
+        check_operators(version, options)
         if not_completed is not None:
             raise not_completed
     except TritonOrtError as error:
