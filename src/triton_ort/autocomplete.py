@@ -6,8 +6,16 @@ device, no execution provider, no weights beyond the graph's own protobuf.
 
 Policy, following onnxruntime_backend's autocomplete (src/onnxruntime.cc, AutoCompleteMaxBatch) where it
 applies to a config that may already be partly written:
-- A model can batch when every input and output has a first axis that the ONNX file leaves open
-  (a symbolic name such as `batch`, or unknown).
+- A model can batch when every input and output that the completed config serves has a first axis that
+  the ONNX file leaves open (a symbolic name such as `batch`, or unknown). The native backend's rule
+  (onnxruntime.cc AutoCompleteMaxBatch: `(dims.size() == 0) || (dims[0] != -1)` on any input or output
+  means no batching) runs over the session's inputs (onnxruntime_utils.cc InputInfos:
+  SessionGetInputCount), which are ONNX Runtime's required inputs, initializers excluded
+  (inference_session.cc SaveModelMetadata: `graph.GetInputs(); // inputs excluding initializers`); its
+  auto-complete lists only those (AutoCompleteIO over the same infos), so a request there cannot send an
+  overridable initializer at all. Here such an input is served (optional, below), so it is one of the
+  inputs the rule runs over: a fixed-size default such as `scale [1]` keeps the model unbatched, and the
+  request written from the ONNX file (`x [3, 4]`, `scale [1]`) is the request Triton takes.
 - max_batch_size: kept when the config sets it. When it does not (0) and the model can batch, it becomes
   DEFAULT_MAX_BATCH_SIZE, as the native backend's default-max-batch-size, unless the config's own input or
   output dims already spell out the full ONNX rank (that config means "no batch axis": it stays 0).
@@ -25,8 +33,10 @@ applies to a config that may already be partly written:
   default that a request may replace, such as a threshold, a scale or a `past` state) is an input with
   `optional: true`: a request that sends it gets its value, one that does not gets the file's. Its dims
   are those of any input when its first axis is open (it is batched); otherwise (a scalar or a fixed
-  size: one value per request, signature.one_value_per_request) they are its whole shape, and with
-  max_batch_size > 0 a request sends that value in each of its rows. It does not decide max_batch_size.
+  size: one value per request, signature.one_value_per_request) they are its whole shape. Such an
+  input keeps max_batch_size 0 unless the config sets it; only where the config sets it (> 0) does a
+  request send that value in each of its rows (said at load and by `triton-ort config`:
+  load_checks.one_value_inputs_note).
   Before IR 4 every weight is a graph input, and ONNX Runtime lets none be overridden: left out.
 - What the config states is kept as it is, even where the ONNX file contradicts it: ModelInstance checks
   the completed config against the file at load (signature.check_config) and lists every difference.
@@ -175,12 +185,17 @@ def _config_ranks(model_config: Mapping[str, Any], specs: Mapping[str, TensorSpe
 
 
 def _max_batch_size(
-    model_config: Mapping[str, Any], inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]
+    model_config: Mapping[str, Any],
+    inputs: tuple[TensorSpec, ...],
+    outputs: tuple[TensorSpec, ...],
+    overridable: tuple[TensorSpec, ...] = (),
 ) -> int:
+    """The config's max_batch_size, or where it sets none, the native backend's choice over the tensors
+    the completed config serves: the required inputs, the overridable ones and the outputs."""
     configured = int(model_config.get("max_batch_size", 0))
-    if configured > 0 or not can_batch(inputs + outputs):
+    if configured > 0 or not can_batch(inputs + overridable + outputs):
         return configured  # a wrong one (fixed first axis) is reported by check_config
-    ranks = _config_ranks(model_config, {spec.name: spec for spec in inputs + outputs})
+    ranks = _config_ranks(model_config, {spec.name: spec for spec in inputs + overridable + outputs})
     if ranks == {"full"}:
         return 0  # the config describes whole tensors: it wants no batch axis
     # The native backend's warning (onnxruntime.cc, AutoCompleteMaxBatch), with how to say "no batching".
@@ -245,7 +260,7 @@ def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> Compl
             dynamic_batching=False,
         )
     inputs, outputs, overridable = read_onnx_signature(version_dir / options.onnx_file)
-    max_batch_size = _max_batch_size(model_config, inputs, outputs)
+    max_batch_size = _max_batch_size(model_config, inputs, outputs, overridable)
 
     configured_inputs = {str(e["name"]): e for e in model_config.get("input", [])}
     configured_outputs = {str(e["name"]): e for e in model_config.get("output", [])}

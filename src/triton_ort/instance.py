@@ -21,7 +21,7 @@ from .cuda_context import lower_stack_limit
 from .errors import ProviderError
 from .execute import Lane, zeros_request
 from .gather import Result
-from .load_checks import checked_options, load_hooks
+from .load_checks import check_python_backend_types, checked_options, load_hooks
 from .metrics import InstanceMetrics, request_rows
 from .model_plan import ModelPlan
 from .options import ModelOptions
@@ -80,10 +80,12 @@ class ModelInstance:
         instance_kind: str,
         device_id: int,
         metrics: InstanceMetrics | None = None,
+        carries_bf16: bool = True,
     ) -> None:
         # The checks that need no session or device come from load_checks, which `triton-ort config`
         # runs offline in the same order: its refusals are the load's.
         config = ServedConfig.parse(model_config)  # read once; every check below takes it
+        check_python_backend_types(config, carries_bf16)  # what the python backend probed (model.py)
         options = checked_options(config)
         gpu = instance_kind.upper() == "GPU"
         stream, placement, self.options = _take_device(gpu, device_id, options)

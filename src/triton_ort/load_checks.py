@@ -12,6 +12,8 @@ imported only for a model that has one.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,10 +21,12 @@ from typing import TYPE_CHECKING
 from .errors import ConfigError
 from .options import ModelOptions, parse_options
 from .served_config import ServedConfig
-from .signature import TensorSpec, check_config
+from .signature import TensorSpec, check_config, one_value_per_request, shape_text
 
 if TYPE_CHECKING:
     from .hooks import Hooks
+
+LOGGER = logging.getLogger(__name__)
 
 
 def check_warmup_batch_sizes(batch_sizes: Sequence[int], max_batch_size: int) -> None:
@@ -41,12 +45,56 @@ def check_warmup_batch_sizes(batch_sizes: Sequence[int], max_batch_size: int) ->
         )
 
 
+BF16_FIRST_RELEASE = (2, 49)
+"""The first tritonserver whose python backend carries BF16 tensors (release 24.08): python_backend
+2b12abe "Add BF16 tensor support via dlpack" (r24.08 src/pb_stub_utils.cc triton_to_dlpack_type and
+dlpack_to_triton_type, src/pb_tensor.cc no numpy array for BF16). Up to r24.07 the stub builds a numpy
+array for every CPU tensor it receives and throws "TYPE_BF16 not currently supported."
+(r23.12 src/pb_stub_utils.cc:170-171, triton_to_pybind_dtype), and has no DLPack code for BF16."""
+BF16_FIRST_RELEASE_TEXT = "Triton 24.08 (tritonserver 2.49)"
+
+
+def bf16_tensors(config: ServedConfig) -> list[str]:
+    """The config's BF16 inputs and outputs ("input 'x'"): the tensors the python backend must carry."""
+    return [
+        f"{kind} {entry.name!r}"
+        for kind, entries in (("input", config.inputs), ("output", config.outputs))
+        for entry in entries
+        if entry.data_type.removeprefix("TYPE_") == "BF16"
+    ]
+
+
+def check_python_backend_types(config: ServedConfig, carries_bf16: bool) -> None:
+    """A BF16 input or output on a python backend that cannot carry BF16 (before 24.08) would load and
+    then have every request refused; the load is refused instead, naming the tensor and the release."""
+    tensors = bf16_tensors(config)
+    if tensors and not carries_bf16:
+        raise ConfigError(
+            f"{', '.join(tensors)} {'is' if len(tensors) == 1 else 'are'} BF16, which this server's python "
+            "backend cannot carry (every request would be refused: 'TYPE_BF16 not currently supported'); "
+            f"BF16 tensors are served from {BF16_FIRST_RELEASE_TEXT} on: serve the model there, or give "
+            "the model FP16 or FP32 at that tensor (a Cast inside the graph)"
+        )
+
+
 def checked_options(config: ServedConfig) -> ModelOptions:
     """The model's options (parameters and optimization, triton_ort.options) as the load reads them from
     the completed config, with the warm-up batch sizes checked against its max_batch_size."""
     options = parse_options(config.parameters, config.optimization)
     check_warmup_batch_sizes(options.warmup, config.max_batch_size)
-    return options
+    return dataclasses.replace(options, op_libraries=config.op_libraries)
+
+
+def check_operators(version_dir: Path, options: ModelOptions) -> None:
+    """model_operations' op libraries given by absolute paths exist; without any, a node of a domain ONNX
+    Runtime does not implement is refused naming it (custom_ops.check_custom_operators). The load says
+    the same from ONNX Runtime's own refusal (session.py), so a model ORT reads is read once."""
+    from .custom_ops import check_custom_operators, check_op_libraries
+
+    check_op_libraries(options.op_libraries)
+    check_custom_operators(
+        version_dir / options.onnx_file, options.op_libraries, tensorrt=options.tensorrt_options is not None
+    )
 
 
 def load_hooks(version_dir: Path, options: ModelOptions) -> Hooks | None:
@@ -64,13 +112,37 @@ def check_tensors(
     outputs: Sequence[TensorSpec],
     hooks: Hooks | None,
     overridable: Sequence[TensorSpec] = (),
-) -> None:
+) -> tuple[str, ...]:
     """config.pbtxt against the ONNX file's inputs and outputs (signature.check_config; `overridable`:
     the inputs a request may send), or, with hooks, on the sides no hook stands on
-    (hooks.check_config_around_hooks)."""
+    (hooks.check_config_around_hooks). Returns the notes the load logs (at INFO) and `triton-ort config`
+    prints: one_value_inputs_note."""
     if hooks is None:
         check_config(config, inputs, outputs, overridable)
-        return
+        note = one_value_inputs_note(config, overridable)
+        if note:
+            LOGGER.info("model %r: %s", config.name, note)
+        return (note,) if note else ()
     from .hooks import check_config_around_hooks
 
     check_config_around_hooks(config, hooks, inputs, outputs)
+    return ()
+
+
+def one_value_inputs_note(config: ServedConfig, overridable: Sequence[TensorSpec]) -> str | None:
+    """The one line for a config that sets max_batch_size over overridable inputs of one value per
+    request (a default with no open first axis, such as a `scale [1]`): auto-complete leaves such a model
+    unbatched, as the native backend would with every input it serves, so only a config's own
+    max_batch_size batches it, and then the request sends each such input with a batch axis, its one value
+    in every row. None where no such input is served."""
+    listed = {entry.name for entry in config.inputs}
+    one_value = [s for s in overridable if s.name in listed and one_value_per_request(s)]
+    if not config.batched or not one_value:
+        return None
+    shapes = ", ".join(f"{s.name!r} as {shape_text(('rows', *(s.shape or (1,))))}" for s in one_value)
+    return (
+        f"max_batch_size {config.max_batch_size} is set in config.pbtxt, so the inputs of one value per "
+        f"request (an overridable default without a batch axis) are sent with a batch axis, that value in "
+        f"every row: {shapes}; without max_batch_size the model is not batched and requests send them in "
+        "the ONNX file's shape"
+    )

@@ -54,6 +54,9 @@ DEFAULT_CUDA_STACK_BYTES = 256
 class ModelOptions:
     onnx_file: str = "model.onnx"
     """Path of the ONNX file, relative to the model's version directory."""
+    op_libraries: tuple[str, ...] = ()
+    """Custom-op libraries registered before the session is created: config.pbtxt's
+    model_operations.op_library_filename (not a parameter; load_checks.checked_options sets it)."""
     hooks: str = ""
     """Path of a Python module with preprocess/postprocess hooks, relative to the version directory;
     empty: none (docs/hooks.md)."""

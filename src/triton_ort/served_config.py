@@ -60,6 +60,9 @@ class ServedConfig:
     """sequence_batching.state's input names (implicit state, refused at load)."""
     parameters: Mapping[str, str]
     optimization: Mapping[str, Any]
+    op_libraries: tuple[str, ...] = ()
+    """model_operations.op_library_filename: custom-op libraries to register with ONNX Runtime, as given
+    (custom_ops.py says how a path is found)."""
 
     @property
     def batched(self) -> bool:
@@ -87,4 +90,8 @@ class ServedConfig:
             state_inputs=state_inputs(model_config),
             parameters=parameters_from_model_config(model_config),
             optimization=model_config.get("optimization") or {},
+            op_libraries=tuple(
+                str(path)
+                for path in (model_config.get("model_operations") or {}).get("op_library_filename", [])
+            ),
         )

@@ -16,6 +16,7 @@ from pathlib import Path
 import onnxruntime as ort
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidProtobuf
 
+from .custom_ops import check_op_libraries, unregistered_operator_error
 from .errors import ConfigError, ProviderError, unreadable_onnx_file
 from .options import ModelOptions
 from .providers import (
@@ -79,6 +80,15 @@ class Placement:
 
 def _session_options(options: ModelOptions) -> ort.SessionOptions:
     session_options = ort.SessionOptions()
+    check_op_libraries(options.op_libraries)  # a missing file named as `triton-ort config` names it
+    for library in options.op_libraries:  # as the native backend: before the session, paths unchanged
+        try:
+            session_options.register_custom_ops_library(library)
+        except Exception as error:  # ORT's Fail: dlopen's reason, or no RegisterCustomOps symbol
+            raise ConfigError(
+                f"model_operations op_library_filename {library!r} could not be registered with ONNX "
+                f"Runtime: {str(error).removeprefix('[ONNXRuntimeError] : 1 : FAIL : ')}"
+            ) from error
     session_options.log_severity_level = ort_log_severity()
     session_options.graph_optimization_level = _OPTIMIZATION_LEVELS[options.graph_optimization_level]
     session_options.execution_mode = _EXECUTION_MODES[options.execution_mode]
@@ -256,6 +266,10 @@ def _new_session(
             session = ort.InferenceSession(str(model_path), _session_options(options), providers=providers)
     except InvalidProtobuf as error:  # a damaged file, or not an ONNX file: the message auto-complete gives
         raise unreadable_onnx_file(model_path, error) from error
+    except Exception as error:  # an operator no one registers: the node, its domain and the config line
+        if refusal := unregistered_operator_error(model_path, options.op_libraries, str(error)):
+            raise refusal from error
+        raise
     # a provider failure while running raises, instead of ORT re-running the request on CPU
     session.disable_fallback()
     printed = captured.getvalue()

@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
+import onnxruntime as ort
 import pytest
 import tritonclient.http as httpclient
 from google.protobuf import json_format, text_format
@@ -25,6 +27,7 @@ from tests.support.paths import MODEL_REPOSITORY, ROOT, demo_onnx
 from tests.unit.test_cli import triton_ort
 from triton_ort.harness.repository import pin_one_instance
 from triton_ort.harness.server import LocalTritonServer, free_ports
+from triton_ort.harness.transport import PROTOCOLS, infer, make_client
 
 pytestmark = pytest.mark.integration
 
@@ -55,9 +58,22 @@ LOADING: dict[str, tuple[Callable[[Path], Path], str]] = {
         + "dynamic_batching { max_queue_delay_microseconds: 100 }\n",
     ),
     "accumulator": (exported.accumulator, TWO_LINES + "max_batch_size: 8\n" + exported.SEQUENCE_CONFIG),
-    # Initializers listed as graph inputs (defaults a request may override): optional inputs.
+    # Initializers listed as graph inputs (defaults a request may override): optional inputs. `scale [1]`
+    # has no batch axis: not batched without max_batch_size, as the native backend decides it...
     "overridable": (graphs.overridable, TWO_LINES),
+    # ...and batched where the config sets max_batch_size, scale then sent as [rows, 1]
+    "overridable_batched": (graphs.overridable, TWO_LINES + "max_batch_size: 8\n"),
 }
+if importlib.util.find_spec("onnxruntime_extensions") is not None:  # requirements-dev.txt, tests only
+    import onnxruntime_extensions
+
+    # A custom operator (ai.onnx.contrib NegPos) with the library that registers it, as the native backend
+    # takes it
+    LOADING["custom_op"] = (
+        graphs.contrib_negpos,
+        TWO_LINES
+        + f'model_operations {{ op_library_filename: "{onnxruntime_extensions.get_library_path()}" }}\n',
+    )
 # name -> (ONNX file builder, config.pbtxt): each one refused at load, and offline.
 REFUSED: dict[str, tuple[Callable[[Path], Path], str]] = {
     "wrong_dims": (_copy_demo, TWO_LINES + f'input [ {{ name: "{DEMO_INPUT}", dims: [ 2000 ] }} ]\n'),
@@ -85,6 +101,12 @@ REFUSED: dict[str, tuple[Callable[[Path], Path], str]] = {
         + exported.SEQUENCE_CONFIG.replace("data_type: TYPE_UINT64", "data_type: TYPE_UINT32"),
     ),
     "damaged_onnx": (_damaged, TWO_LINES),
+    # A node of a domain no one implements, without model_operations: named with the line to add
+    "custom_op_unregistered": (graphs.custom_op, TWO_LINES),
+    "custom_op_missing_library": (
+        graphs.custom_op,
+        TWO_LINES + 'model_operations { op_library_filename: "/nonexistent/libcustom_ops.so" }\n',
+    ),
     # Only an input with a default (an initializer of its name) may be optional.
     "optional_required": (
         _copy_demo,
@@ -163,6 +185,66 @@ def test_the_offline_config_is_the_served_config(
         # Triton's own default (max_batch_size), added after auto-complete as instance_group is
         served_config.dynamic_batching.ClearField("preferred_batch_size")
     assert text_format.MessageToString(offline) == text_format.MessageToString(_owned(served_config))
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_request_written_from_the_onnx_file_is_answered_without_max_batch_size(
+    served: tuple[LocalTritonServer, Path], capsys: pytest.CaptureFixture[str], protocol: str
+) -> None:
+    """x [N, 4] beside an overridable scale [1]: without max_batch_size in config.pbtxt the model is not
+    batched (the native backend batches only when every input has an open first axis), so the request
+    a user writes from the ONNX file, x [3, 4] and scale [1], is taken as it is and answered as ONNX
+    Runtime answers it."""
+    server, repository = served
+    code, _, stderr = _offline(capsys, repository / "overridable")
+    assert code == 0 and "one value per request" not in stderr, stderr
+    rng = np.random.default_rng(3)
+    inputs = {"x": rng.standard_normal((3, 4)).astype(np.float32), "scale": np.array([-1.5], np.float32)}
+    client = make_client(protocol, server.http_url if protocol == "http" else server.grpc_url)
+    outputs, _ = infer(client, "overridable", inputs, ["y"])
+    session = ort.InferenceSession(str(repository / "overridable" / "1" / "model.onnx"))
+    (expected,) = session.run(["y"], inputs)
+    np.testing.assert_allclose(outputs["y"], expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(outputs["y"], inputs["x"] * -1.5, rtol=1e-6)
+
+
+def test_a_config_that_sets_max_batch_size_keeps_one_value_inputs_and_says_so(
+    served: tuple[LocalTritonServer, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With max_batch_size in config.pbtxt, scale is sent with the batch axis, its one value in each row;
+    the load's log and the offline command say so in one line."""
+    server, repository = served
+    code, _, stderr = _offline(capsys, repository / "overridable_batched")
+    notes = [line for line in stderr.splitlines() if "one value per" in line]
+    assert code == 0 and len(notes) == 1 and "'scale' as [rows, 1]" in notes[0], stderr
+    reason = notes[0].removeprefix("note: ")
+    assert f"model 'overridable_batched': {reason}" in server.log()
+    x = np.ones((3, 4), np.float32)
+    client = make_client("http", server.http_url)
+    outputs, _ = infer(
+        client, "overridable_batched", {"x": x, "scale": np.full((3, 1), 3.0, np.float32)}, ["y"]
+    )
+    np.testing.assert_allclose(outputs["y"], x * 3.0)
+
+
+def test_a_custom_operator_is_served_through_its_library_and_without_one_the_node_is_named(
+    served: tuple[LocalTritonServer, Path],
+) -> None:
+    server, _ = served
+    errors = {e.split("'")[1]: e for e in server.failed_models()}
+    assert (
+        "node 'fancy' (op type 'MyFancyOp') is of domain 'com.example', which ONNX Runtime does not "
+        "implement: register the custom-op library that does in config.pbtxt: model_operations { "
+        'op_library_filename: "/path/to/libcustom_ops.so" }'
+    ) in errors["custom_op_unregistered"]
+    assert "is not a registered function/op" not in errors["custom_op_unregistered"]
+    assert "'/nonexistent/libcustom_ops.so' does not exist" in errors["custom_op_missing_library"]
+    if "custom_op" not in LOADING:
+        pytest.skip("onnxruntime-extensions is not installed here (requirements-dev.txt)")
+    x = np.array([[1.0, -2.0, 3.0, -4.0], [-0.5, 0.0, 0.5, 8.0]], np.float32)
+    outputs, _ = infer(make_client("http", server.http_url), "custom_op", {"x": x}, ["neg", "pos"])
+    np.testing.assert_array_equal(outputs["neg"], np.minimum(x, 0))
+    np.testing.assert_array_equal(outputs["pos"], np.maximum(x, 0))
 
 
 def test_the_label_of_a_classifier_is_served_and_printed_with_its_reshape(

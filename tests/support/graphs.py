@@ -267,3 +267,42 @@ def quantized_mlp(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     quantize_dynamic(str(float_model), str(path), weight_type=QuantType.QInt8)
     return path
+
+
+def bf16_doubler(path: Path) -> Path:
+    """y = 2 x in bfloat16, x and y bfloat16[b, 4] (computed in float32 between two Casts, which ORT's CPU
+    provider has for bfloat16)."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["x32"], to=TensorProto.FLOAT),
+            helper.make_node("Add", ["x32", "x32"], ["y32"]),
+            helper.make_node("Cast", ["y32"], ["y"], to=TensorProto.BFLOAT16),
+        ],
+        "bf16_doubler",
+        [v("x", TensorProto.BFLOAT16, ["batch", 4])],
+        [v("y", TensorProto.BFLOAT16, ["batch", 4])],
+    )
+    return save(graph, path)
+
+
+def custom_op(path: Path, domain: str = "com.example", op_type: str = "MyFancyOp") -> Path:
+    """x float[b, 4] -> node 'fancy' (`domain`:`op_type`, a custom operator) -> (neg, pos) float[b, 4].
+    The default domain no library implements; onnxruntime-extensions' NegPos (ai.onnx.contrib) splits x
+    into its negative and positive parts."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node(op_type, ["x"], ["neg", "pos"], name="fancy", domain=domain)],
+        "custom_op",
+        [v("x", TensorProto.FLOAT, ["batch", 4])],
+        [v("neg", TensorProto.FLOAT, ["batch", 4]), v("pos", TensorProto.FLOAT, ["batch", 4])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)]
+    )
+    return save_model(model, path)
+
+
+def contrib_negpos(path: Path) -> Path:
+    """custom_op with onnxruntime-extensions' NegPos (domain ai.onnx.contrib)."""
+    return custom_op(path, "ai.onnx.contrib", "NegPos")

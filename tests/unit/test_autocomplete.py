@@ -20,6 +20,7 @@ from triton_ort.autocomplete import (
     read_onnx_signature,
     zero_copy_warning,
 )
+from triton_ort.load_checks import one_value_inputs_note
 from triton_ort.onnx_files import OPSET, readable_model, save_model
 from triton_ort.served_config import ServedConfig
 from triton_ort.signature import check_config
@@ -176,13 +177,14 @@ def test_weights_listed_as_graph_inputs_before_ir_4_are_not_request_inputs(tmp_p
 
 
 def test_an_overridable_initializer_is_an_optional_input(tmp_path: Path) -> None:
-    """scale[1] (one value per request: its whole shape, max_batch_size untouched) and offset[batch, 4]
-    (batched like any input) have defaults a request may override: both are optional inputs."""
+    """scale[1] (one value per request: its whole shape) and offset[batch, 4] (batched like any input)
+    have defaults a request may override: both are optional inputs. With max_batch_size set in the
+    config, scale is sent with the batch axis like every input, the same value in each row."""
     path = graphs.overridable(tmp_path / "model.onnx")
     session = ort.InferenceSession(str(path))
     assert [arg.name for arg in session.get_overridable_initializers()] == ["scale", "offset"]
-    completed = complete_config(config(), tmp_path)
-    assert completed.max_batch_size == DEFAULT_MAX_BATCH_SIZE and completed.dynamic_batching
+    completed = complete_config(config(max_batch_size=8), tmp_path)
+    assert completed.max_batch_size == 8 and completed.dynamic_batching
     assert completed.inputs == (
         {"name": "x", "data_type": "TYPE_FP32", "dims": [4]},
         {"name": "scale", "data_type": "TYPE_FP32", "dims": [1], "optional": True},
@@ -191,12 +193,36 @@ def test_an_overridable_initializer_is_an_optional_input(tmp_path: Path) -> None
     merged = {**config(max_batch_size=completed.max_batch_size), "input": list(completed.inputs)}
     served = ServedConfig.parse({**merged, "output": list(completed.outputs)})
     check_config(served, *read_onnx_signature(path))
-    # Without a batch axis (max_batch_size 0), every input's dims are its whole shape.
-    unbatched = complete_config(
-        config(input=[{"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 4]}]), tmp_path
-    )
-    assert unbatched.max_batch_size == 0
-    assert [entry["dims"] for entry in unbatched.inputs] == [[-1, 4], [1], [-1, 4]]
+    note = one_value_inputs_note(served, read_onnx_signature(path).overridable)
+    assert note is not None and "max_batch_size 8 is set in config.pbtxt" in note
+    assert "'scale' as [rows, 1]" in note and "offset" not in note
+
+
+def test_a_fixed_size_default_keeps_a_config_without_max_batch_size_unbatched(tmp_path: Path) -> None:
+    """The native backend batches only when every input and output has an open first axis; `scale [1]`
+    is an input here (a request may send it), so without max_batch_size the model is not batched and a
+    request sends every tensor in the ONNX file's shape: x [3, 4] and scale [1] together."""
+    path = graphs.overridable(tmp_path / "model.onnx")
+    for written in (config(), config(max_batch_size=0)):
+        completed = complete_config(written, tmp_path)
+        assert completed.max_batch_size == 0 and not completed.dynamic_batching
+        assert [(e["name"], e["dims"]) for e in completed.inputs] == [
+            ("x", [-1, 4]),
+            ("scale", [1]),
+            ("offset", [-1, 4]),
+        ]
+        assert [e["dims"] for e in completed.outputs] == [[-1, 4]]
+        served = ServedConfig.parse(
+            {**written, "input": list(completed.inputs), "output": list(completed.outputs)}
+        )
+        check_config(served, *read_onnx_signature(path))
+        assert one_value_inputs_note(served, read_onnx_signature(path).overridable) is None
+    # A default with an open first axis (offset [batch, 4]) does not stop batching.
+    temperature = tmp_path / "t" / "model.onnx"
+    from tests.support.exported_edge_cases import temperature_classifier
+
+    temperature_classifier(temperature)
+    assert complete_config(config(), temperature.parent).max_batch_size == DEFAULT_MAX_BATCH_SIZE
 
 
 def test_an_overridable_scalar_is_served_as_one_value_with_or_without_batching(tmp_path: Path) -> None:
@@ -241,12 +267,18 @@ def test_the_offline_config_shows_an_overridable_input_as_optional(tmp_path: Pat
 
     graphs.overridable(tmp_path / "m" / "1" / "model.onnx")
     (tmp_path / "m" / "config.pbtxt").write_text('backend: "onnxruntime_zerocopy"\n')
-    completed, _ = completed_config(tmp_path / "m")
+    completed, notes = completed_config(tmp_path / "m")
+    assert completed.max_batch_size == 0  # scale [1] has no batch axis: not batched, as native decides
     assert [(t.name, list(t.dims), t.optional) for t in completed.input] == [
-        ("x", [4], False),
+        ("x", [-1, 4], False),
         ("scale", [1], True),
-        ("offset", [4], True),
+        ("offset", [-1, 4], True),
     ]
+    assert not any("one value per request" in note for note in notes)
+    (tmp_path / "m" / "config.pbtxt").write_text('backend: "onnxruntime_zerocopy"\nmax_batch_size: 8\n')
+    completed, notes = completed_config(tmp_path / "m")
+    assert [list(t.dims) for t in completed.input] == [[4], [1], [4]]
+    assert [note for note in notes if "'scale' as [rows, 1]" in note]
 
 
 def test_string_tensors_complete_as_type_string(tmp_path: Path) -> None:

@@ -349,3 +349,44 @@ def test_a_client_commands_help_names_the_command_as_typed(
     done = triton_ort(capsys, command, "--help")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"usage: triton-ort {command} "), done.stdout.splitlines()[0]
+
+
+def test_a_bf16_model_is_refused_offline_for_a_triton_whose_python_backend_cannot_carry_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The load's refusal (load_checks.check_python_backend_types) where the release is given; without
+    one, a note that says the command cannot know it."""
+    graphs.bf16_doubler(tmp_path / "bf16" / "1" / "model.onnx")
+    (tmp_path / "bf16" / "config.pbtxt").write_text('backend: "onnxruntime_zerocopy"\n')
+    folder = str(tmp_path / "bf16")
+    unknown = triton_ort(capsys, "config", folder)
+    assert unknown.returncode == 0 and "data_type: TYPE_BF16" in unknown.stdout
+    assert "input 'x', output 'y' are BF16" in unknown.stderr and "--triton-version" in unknown.stderr
+    for old in ("23.12", "2.48"):
+        refused = triton_ort(capsys, "config", folder, "--triton-version", old)
+        assert (refused.returncode, refused.stdout) == (2, ""), refused.stderr
+        (line,) = refused.stderr.splitlines()
+        assert line.startswith("triton-ort config: error: model 'bf16': input 'x', output 'y' are BF16")
+        assert "Triton 24.08 (tritonserver 2.49)" in line
+    for new in ("24.08", "2.51.0"):
+        served = triton_ort(capsys, "config", folder, "--triton-version", new)
+        assert served.returncode == 0 and "BF16" not in served.stderr, served.stderr
+    assert triton_ort(capsys, "config", folder, "--triton-version", "latest").returncode == 2
+
+
+def test_the_load_refuses_bf16_where_the_python_backend_cannot_carry_it(tmp_path: Path) -> None:
+    from triton_ort import ConfigError, ModelInstance
+    from triton_ort.autocomplete import complete_config
+
+    graphs.bf16_doubler(tmp_path / "model.onnx")
+    completed = complete_config({"name": "bf16", "max_batch_size": 0}, tmp_path)
+    config = {
+        "name": "bf16",
+        "max_batch_size": completed.max_batch_size,
+        "input": list(completed.inputs),
+        "output": list(completed.outputs),
+    }
+    with pytest.raises(ConfigError, match=r"^input 'x', output 'y' are BF16, which this server's python"):
+        ModelInstance(config, tmp_path, "CPU", 0, carries_bf16=False)
+    instance = ModelInstance(config, tmp_path, "CPU", 0)  # where it can (24.08 on), it loads
+    instance.close()

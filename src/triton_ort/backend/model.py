@@ -114,6 +114,20 @@ def _output(name: str, tensor: Any) -> pb_utils.Tensor:
     return pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(tensor))  # type: ignore[attr-defined]
 
 
+def _carries_bf16() -> bool:
+    """Whether this python backend can carry BF16 tensors (24.08 and later), probed with the call that BF16
+    outputs go through: a BF16 tensor handed over by DLPack. Before 24.08 the stub's DLPack conversion has no
+    BF16 (python_backend r23.12 src/pb_stub_utils.cc dlpack_to_triton_type gives TYPE_INVALID, and
+    PbTensor's constructor throws); the same release added BF16 to both directions (2b12abe)."""
+    probe = torch.zeros(1, dtype=torch.bfloat16)
+    try:
+        capsule = torch.utils.dlpack.to_dlpack(probe)  # type: ignore[attr-defined]
+        pb_utils.Tensor.from_dlpack("bf16_probe", capsule)
+    except Exception:
+        return False
+    return True
+
+
 class TritonPythonModel:
     @staticmethod
     def auto_complete_config(auto_complete_model_config: Any) -> Any:
@@ -151,6 +165,7 @@ class TritonPythonModel:
                 instance_kind=args["model_instance_kind"],
                 device_id=int(args["model_instance_device_id"]),
                 metrics=metrics,
+                carries_bf16=_carries_bf16(),
             )
         except TritonOrtError as error:
             raise pb_utils.TritonModelException(

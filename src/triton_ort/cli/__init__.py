@@ -40,18 +40,28 @@ def _usage() -> str:
 def _config(argv: list[str]) -> int:
     import argparse
 
-    from triton_ort.cli.config import ConfigCommandError, config_text
+    from triton_ort.cli.config import ConfigCommandError, config_text, parse_triton_version
 
     parser = argparse.ArgumentParser(prog=f"{PROG} config", description=_HELP["config"])
     parser.add_argument("model_dir", type=Path, help="a model folder: config.pbtxt and version folders")
+    parser.add_argument(
+        "--triton-version",
+        metavar="VERSION",
+        help="the tritonserver that will serve the model (2.41, or its release 23.12): what its python "
+        "backend cannot carry is refused as its load would refuse it (BF16 before 24.08)",
+    )
     args = parser.parse_args(argv)
     try:
-        text, warning = config_text(args.model_dir)
+        version = None if args.triton_version is None else parse_triton_version(args.triton_version)
+    except ValueError as error:
+        parser.error(str(error))
+    try:
+        text, notes = config_text(args.model_dir, version)
     except ConfigCommandError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     print(text, end="", flush=True)
-    if warning:
-        print(f"note: {warning}", file=sys.stderr)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     return 0
 
 

@@ -12,10 +12,12 @@ Before printing, the folder gets the checks a load makes without a GPU, with the
 the launcher's pre-start check (files, version folders, the backend's name, with the closest one for a
 misspelt name: triton_ort.harness.checks.check_model), then the model instance's checks of the
 completed config (triton_ort.load_checks: parameters and optimization, warm-up batch sizes, the hooks
-module, inputs, outputs and sequence controls against the ONNX file). Any refusal exits non-zero with the
-reason the load gives. Not checked here, because they need the serving host: the execution providers
-(CUDA, TensorRT, OpenVINO) and ONNX Runtime's own reading of the whole model (an operator or an IR version
-that its onnxruntime does not have).
+module, inputs, outputs and sequence controls against the ONNX file, custom operators without a library
+to register them, and, with --triton-version, BF16 tensors on a python backend that cannot carry them).
+Any refusal exits non-zero with the reason the load gives. Not checked here, because they need the
+serving host: the execution providers (CUDA, TensorRT, OpenVINO) and ONNX Runtime's own reading of the
+whole model (an operator of a known domain, or an IR version, that its onnxruntime does not have; what
+a model_operations library registers).
 """
 
 from __future__ import annotations
@@ -31,7 +33,16 @@ from triton_ort.backend import BACKEND_NAME
 from triton_ort.errors import TritonOrtError
 from triton_ort.harness.checks import PYTHON_BACKENDS, check_model, runs_triton_ort, versions_to_load
 from triton_ort.harness.repository import read_config
-from triton_ort.load_checks import check_tensors, checked_options, load_hooks
+from triton_ort.load_checks import (
+    BF16_FIRST_RELEASE,
+    BF16_FIRST_RELEASE_TEXT,
+    bf16_tensors,
+    check_operators,
+    check_python_backend_types,
+    check_tensors,
+    checked_options,
+    load_hooks,
+)
 from triton_ort.served_config import ServedConfig
 
 
@@ -81,9 +92,29 @@ def _as_dict(config: model_config_pb2.ModelConfig) -> dict[str, Any]:
     return as_dict
 
 
-def completed_config(model_dir: Path) -> tuple[model_config_pb2.ModelConfig, str | None]:
-    """(the config the folder is served with, the zero-copy warning for it or None); ConfigCommandError
-    for a folder the server would not load."""
+def parse_triton_version(text: str) -> tuple[int, int]:
+    """A tritonserver version ('2.41', '2.41.0') or a Triton release ('23.12', as NGC's images are
+    tagged) as the server version (2, minor): release YY.MM is 2.(41 + months after 23.12), so 23.12 is
+    2.41, 24.08 is 2.49 and 24.10 is 2.51 (Triton's release notes)."""
+    try:
+        major, minor = (int(part) for part in text.strip().split(".")[:2])
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a Triton version such as 2.41 or a release such as 23.12"
+        ) from None
+    if major == 2:
+        return (2, minor)
+    if 20 <= major <= 99 and 1 <= minor <= 12:
+        return (2, 41 + (major - 23) * 12 + (minor - 12))
+    raise ValueError(f"{text!r} is not a Triton version such as 2.41 or a release such as 23.12")
+
+
+def completed_config(
+    model_dir: Path, triton_version: tuple[int, int] | None = None
+) -> tuple[model_config_pb2.ModelConfig, list[str]]:
+    """(the config the folder is served with, the notes for it: what the load logs about it, and the
+    zero-copy warning); ConfigCommandError for a folder the server would not load. `triton_version`: the
+    tritonserver that will serve it, where known (what its python backend carries depends on it)."""
     model_dir = model_dir.resolve()  # paths in messages as the server names them
     name = model_dir.name
     problems = check_model(model_dir, PYTHON_BACKENDS)
@@ -118,18 +149,30 @@ def completed_config(model_dir: Path) -> tuple[model_config_pb2.ModelConfig, str
     served = ServedConfig.parse(_as_dict(config))
     try:
         # ModelInstance's checks, in its order, with the ONNX file's graph where the load has its session.
+        if triton_version is not None:
+            check_python_backend_types(served, carries_bf16=triton_version >= BF16_FIRST_RELEASE)
         options = checked_options(served)
         hooks = load_hooks(version, options)
         inputs, outputs, overridable = read_onnx_signature(version / options.onnx_file)
-        check_tensors(served, inputs, outputs, hooks, overridable)
+        notes = list(check_tensors(served, inputs, outputs, hooks, overridable))
+        check_operators(version, options)
         if not_completed is not None:
             raise not_completed
     except TritonOrtError as error:
         raise ConfigCommandError(f"model '{name}': {error}") from None
+    if triton_version is None and (tensors := bf16_tensors(served)):
+        notes.append(
+            f"{', '.join(tensors)} {'is' if len(tensors) == 1 else 'are'} BF16, which the python backend "
+            f"carries from {BF16_FIRST_RELEASE_TEXT} on (an earlier server refuses the load); this command "
+            "does not know which release will serve the model: --triton-version 23.12 (or 2.41) checks it"
+        )
     # Offline, where the model will run is not known: the warning is given as for a GPU host.
-    return config, zero_copy_warning(written, gpu_visible=True)
+    if warning := zero_copy_warning(written, gpu_visible=True):
+        notes.append(warning)
+    return config, notes
 
 
-def config_text(model_dir: Path) -> tuple[str, str | None]:
-    config, warning = completed_config(model_dir)
-    return text_format.MessageToString(config), warning
+def config_text(model_dir: Path, triton_version: tuple[int, int] | None = None) -> tuple[str, list[str]]:
+    """The completed config as config.pbtxt text, and the notes to print after it."""
+    config, notes = completed_config(model_dir, triton_version)
+    return text_format.MessageToString(config), notes

@@ -50,6 +50,11 @@ class Release:
     """The gRPC status(es) and the message fragment for a raw request with a -1 dimension. 2.41 lets it
     through to the python backend, which reads it as 2**32 - 1 rows: "batch size ..."; from 2.47 the byte
     size check above refuses it first, naming the input."""
+    carries_bf16: bool
+    """From 2.49 (24.08) the python backend carries BF16 tensors through DLPack (python_backend 2b12abe,
+    r24.08 src/pb_stub_utils.cc, src/pb_tensor.cc); before, every request with a BF16 tensor is refused
+    "TYPE_BF16 not currently supported." (r23.12 src/pb_stub_utils.cc:170-171), so the load is refused
+    (triton_ort.load_checks.check_python_backend_types)."""
     restarts_killed_stub: bool
     """2.41: a dead stub is restarted on the next execute ("Stub process is unhealthy and it will be
     restarted", python_backend r23.12 src/python_be.cc:2405-2430). 2.51: the restart is gone from
@@ -78,6 +83,7 @@ def _release(version: tuple[int, int]) -> Release:
             else (frozenset({"StatusCode.INVALID_ARGUMENT", "StatusCode.INTERNAL"}), "batch size")
         ),
         restarts_killed_stub=version < (2, 47),
+        carries_bf16=version >= (2, 49),  # load_checks.BF16_FIRST_RELEASE (harness imports no torch)
     )
 
 
