@@ -21,6 +21,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
 from tests.support import exported, graphs
+from tests.support.hooks_support import DECLARED_HOOKS, SHORT_CONFIG, UNDECLARED_HOOKS
 from tests.support.paths import MODEL_REPOSITORY, ROOT, demo_onnx
 from tests.unit.test_cli import triton_ort
 from triton_ort.harness.repository import pin_one_instance
@@ -57,6 +58,8 @@ LOADING: dict[str, tuple[Callable[[Path], Path], str]] = {
     "accumulator": (exported.accumulator, TWO_LINES + "max_batch_size: 8\n" + exported.SEQUENCE_CONFIG),
     # Initializers listed as graph inputs (defaults a request may override): optional inputs.
     "overridable": (graphs.overridable, TWO_LINES),
+    # The short config of a hooked model: inputs, outputs and batching from the hooks module's declarations.
+    "hooks_declared": (_copy_demo, SHORT_CONFIG),
 }
 # name -> (ONNX file builder, config.pbtxt): each one refused at load, and offline.
 REFUSED: dict[str, tuple[Callable[[Path], Path], str]] = {
@@ -91,7 +94,10 @@ REFUSED: dict[str, tuple[Callable[[Path], Path], str]] = {
         TWO_LINES
         + f'input [ {{ name: "{DEMO_INPUT}", data_type: TYPE_FP32, dims: [ 2010 ], optional: true }} ]\n',
     ),
+    # Hooks that declare nothing, and a config without inputs and outputs: nobody could call the model.
+    "hooks_undeclared": (_copy_demo, SHORT_CONFIG),
 }
+HOOKS_SOURCE = {"hooks_declared": DECLARED_HOOKS, "hooks_undeclared": UNDECLARED_HOOKS}
 # Loaded after the start: the launcher refuses to start a server that loads it (the last test).
 MISSPELT = "misspelt_backend"
 MISSPELT_CONFIG = 'backend: "onnxruntime_zerocoppy"\n'
@@ -106,6 +112,8 @@ def _add(repository: Path, name: str, build: Callable[[Path], Path], config: str
     (repository / name / "1").mkdir(parents=True)
     build(repository / name / "1" / "model.onnx")
     (repository / name / "config.pbtxt").write_text(config)
+    if name in HOOKS_SOURCE:
+        (repository / name / "1" / "hooks.py").write_text(HOOKS_SOURCE[name])
 
 
 @pytest.fixture(scope="module")
