@@ -24,6 +24,9 @@ STRICT_HOOKS = """
 import torch
 from triton_ort import InputError
 
+INPUTS = {"raw_embeddings": ("UINT8", [-1, 2010])}
+OUTPUTS = {"top_scores": ("FP32", [-1, 2]), "top_classes": ("INT64", [-1, 2])}
+
 def preprocess(inputs):
     raw = inputs["raw_embeddings"]
     if bool((raw == 255).any()):
