@@ -120,10 +120,11 @@ def read_declarations(module: ModuleType, path: Path) -> HookTensors | None:
     return HookTensors(tuple(required), tuple(optional), tuple(declared_outputs))
 
 
-def undeclared_message(path: Path) -> str:
-    """The one line for a hooked model whose clients' tensors nobody states."""
+def undeclared_message(path: Path, missing: str = "inputs and outputs") -> str:
+    """The one line for a hooked model whose clients' tensors nobody states (`missing`: what config.pbtxt
+    lacks)."""
     return (
-        f"hooks module {path} declares no client tensors and config.pbtxt lists no inputs and outputs, so "
+        f"hooks module {path} declares no client tensors and config.pbtxt lists no {missing}, so "
         f"clients could call nothing: declare them in {path}, e.g. {DECLARATION_HINT}, or write input and "
         "output entries in config.pbtxt"
     )

@@ -341,9 +341,11 @@ def check_config_around_hooks(
     A config without inputs or outputs (the hooks module declares none, or auto-complete did not run) is
     refused: the model would be ready with a signature no client can call."""
     if not config.inputs or not config.outputs:
+        missing = " and ".join(
+            kind for kind, listed in (("inputs", config.inputs), ("outputs", config.outputs)) if not listed
+        )
         if hooks.declared is None:
-            raise ConfigError(undeclared_message(hooks.path))
-        missing = "inputs" if not config.inputs else "outputs"
+            raise ConfigError(undeclared_message(hooks.path, missing))
         raise ConfigError(
             f"config.pbtxt lists no {missing}, though hooks module {hooks.path} declares them: auto-complete "
             "did not run (tritonserver --disable-auto-complete-config?); write them in config.pbtxt"

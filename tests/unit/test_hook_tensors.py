@@ -150,3 +150,12 @@ def test_an_optional_input_may_be_left_out_and_preprocess_gets_what_was_sent(tmp
     logits = torch.log(plain["probabilities"])
     torch.testing.assert_close(tempered["probabilities"], torch.softmax(logits / 0.5, dim=1))
     instance.close()
+
+
+def test_a_config_with_inputs_but_no_outputs_and_no_declarations_names_what_is_missing(
+    tmp_path: Path,
+) -> None:
+    folder = _folder(tmp_path, UNDECLARED_HOOKS)
+    config = _as_config(SHORT_CONFIG + 'input [ { name: "raw", data_type: TYPE_UINT8, dims: [ 2010 ] } ]\n')
+    with pytest.raises(ConfigError, match=r"declares no client tensors and config\.pbtxt lists no outputs,"):
+        ModelInstance(config, folder / "1", "CPU", 0)
