@@ -4,7 +4,8 @@ python -m client.soak --local                                   # the demo on th
 python -m client.soak --local --requests 600000 --duration 900 --warmup 60000   # the long run: make soak
 python -m client.soak --http-url H:8000 --grpc-url H:8001 --server-pid PID --model-repository REPO
 
-Good requests (random batch sizes; some with NaN/Inf rows) are checked against in-process ONNX Runtime.
+Good requests (random batch sizes; some with NaN/Inf rows; an optional input in about every other one) are
+checked against in-process ONNX Runtime.
 Malformed requests (wrong dtype, rank, inner dimension, batch above max_batch_size, unknown or missing input,
 BYTES data) must get the error their kind promises: INVALID_ARGUMENT (HTTP 400) and a message naming it.
 Requests alternate between HTTP and gRPC. The run stops at --requests or --duration, whichever comes first.
@@ -82,6 +83,9 @@ class ModelFacts:
     outputs: list[str]
     max_batch_size: int
     onnx_path: Path
+    optional: frozenset[str] = frozenset()
+    """Inputs a request may leave out (`optional: true` in the served config): good requests send each
+    of them about every other time, malformed ones never, and none is required."""
 
 
 def read_model_facts(client: Any, model: str, model_repository: Path) -> ModelFacts:
@@ -97,6 +101,7 @@ def read_model_facts(client: Any, model: str, model_repository: Path) -> ModelFa
         outputs=[meta.name for meta in tensor_metas(metadata, "outputs")],
         max_batch_size=int(config.get("max_batch_size", 0)),
         onnx_path=model_repository / model / "1" / onnx_file,
+        optional=frozenset(str(e["name"]) for e in config.get("input", []) if e.get("optional")),
     )
 
 
@@ -112,7 +117,9 @@ def good_requests(facts: ModelFacts, count: int, max_rows: int, seed: int) -> li
     batches = []
     for _ in range(count):
         rows = int(rng.integers(1, max(1, min(max_rows, facts.max_batch_size or 1)) + 1))
-        batches.append({meta.name: random_array(meta, rows, rng) for meta in facts.inputs})
+        # an optional input goes in about every other request: answers with and without it are checked
+        sent = [m for m in facts.inputs if m.name not in facts.optional or rng.random() < 0.5]
+        batches.append({meta.name: random_array(meta, rows, rng) for meta in sent})
     kinds = []
     for index, batch in enumerate(batches):
         floats = [a for a in batch.values() if a.dtype.kind == "f"]
@@ -133,7 +140,9 @@ def bad_requests(facts: ModelFacts, release: Release, seed: int) -> list[SoakReq
     """The catalogue's malformed requests for the model (triton_ort.harness.malformed)."""
     return [
         SoakRequest(m.kind, m.inputs, error=m.says, statuses=release.statuses(m.code))
-        for m in malformed_requests(facts.name, facts.inputs, facts.max_batch_size, seed)
+        for m in malformed_requests(
+            facts.name, facts.inputs, facts.max_batch_size, seed, optional=sorted(facts.optional)
+        )
     ]
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         triton_code,
     )
     from .gather import run_requests
+    from .hook_tensors import ClientTensor
     from .hooks import HookError, Postprocess, Preprocess, Tensors
     from .instance import ModelInstance
     from .options import ModelOptions, parse_options
@@ -37,6 +38,7 @@ _MODULE_OF = {
     "Unavailable": ".errors",
     "triton_code": ".errors",
     "run_requests": ".gather",
+    "ClientTensor": ".hook_tensors",
     "HookError": ".hooks",
     "Postprocess": ".hooks",
     "Preprocess": ".hooks",
@@ -51,6 +53,7 @@ _MODULE_OF = {
 }
 
 __all__ = [
+    "ClientTensor",
     "ConfigError",
     "HookError",
     "IOBindingRunner",

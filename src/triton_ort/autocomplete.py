@@ -251,14 +251,7 @@ def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> Compl
     signature.check_config."""
     options = parse_options(parameters_from_model_config(model_config))
     if options.hooks:
-        # With hooks the config describes what clients send and receive, which hooks may rename, cast and
-        # reshape: the ONNX file cannot tell it. The config is served as written.
-        return CompletedConfig(
-            max_batch_size=int(model_config.get("max_batch_size", 0)),
-            inputs=(),
-            outputs=(),
-            dynamic_batching=False,
-        )
+        return complete_from_hooks(model_config, version_dir / options.hooks)
     inputs, outputs, overridable = read_onnx_signature(version_dir / options.onnx_file)
     max_batch_size = _max_batch_size(model_config, inputs, outputs, overridable)
 
@@ -278,6 +271,44 @@ def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> Compl
         max_batch_size=max_batch_size,
         inputs=tuple(completed_inputs),
         outputs=tuple(completed_outputs),
+        dynamic_batching=max_batch_size > 1 and not has_scheduler,
+    )
+
+
+def complete_from_hooks(model_config: Mapping[str, Any], hooks_path: Path) -> CompletedConfig:
+    """A hooked model's config, completed from what its hooks module declares (INPUTS and OUTPUTS,
+    triton_ort.hook_tensors): hooks may rename, cast and reshape, so the ONNX file cannot tell what clients
+    see. The rules are those of a model without hooks, over the declared tensors in place of the file's:
+    max_batch_size and dynamic batching from their first axes, the config's own entries kept, the config's
+    outputs (when it lists some) the ones served, declared optional inputs `optional: true`.
+
+    Without declarations the config is served as written; one that lists no inputs and no outputs is
+    refused (ConfigError: the one line of hook_tensors.undeclared_message, which the load gives too)."""
+    from .hook_tensors import undeclared_message
+    from .hooks import Hooks
+
+    hooks = Hooks.load(hooks_path)  # imported as the load imports it
+    declared = hooks.declared
+    if declared is None:
+        if not model_config.get("input") and not model_config.get("output"):
+            raise ConfigError(undeclared_message(hooks_path))
+        return CompletedConfig(int(model_config.get("max_batch_size", 0)), (), (), dynamic_batching=False)
+    max_batch_size = _max_batch_size(model_config, declared.inputs + declared.optional, declared.outputs)
+    configured_inputs = {str(e["name"]): e for e in model_config.get("input", [])}
+    configured_outputs = {str(e["name"]): e for e in model_config.get("output", [])}
+    inputs = [_entry(spec, configured_inputs.get(spec.name), max_batch_size) for spec in declared.inputs]
+    for spec in declared.optional:
+        entry = _entry(spec, configured_inputs.get(spec.name), max_batch_size)
+        configured = configured_inputs.get(spec.name)
+        entry["optional"] = True if configured is None else bool(configured.get("optional", False))
+        inputs.append(entry)
+    served = [s for s in declared.outputs if not configured_outputs or s.name in configured_outputs]
+    outputs = [_entry(s, configured_outputs.get(s.name), max_batch_size) for s in served]
+    has_scheduler = any(key in model_config for key in _SCHEDULERS)
+    return CompletedConfig(
+        max_batch_size=max_batch_size,
+        inputs=tuple(inputs),
+        outputs=tuple(outputs),
         dynamic_batching=max_batch_size > 1 and not has_scheduler,
     )
 

@@ -31,6 +31,7 @@ import torch
 
 from .dtypes import from_triton_type
 from .errors import ConfigError, InputError, TritonOrtError
+from .hook_tensors import HookTensors, read_declarations, undeclared_message
 from .output_placement import OutputPlacement
 from .run_plans import BoundedSet
 from .runner import IOBindingRunner, concatenate
@@ -67,12 +68,14 @@ class ClientSpecs:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     batched: bool  # max_batch_size > 0: every tensor has a leading batch axis
+    optional: tuple[TensorSpec, ...] = ()
+    """Inputs a request may leave out (`optional: true`): preprocess gets only what was sent."""
 
     @classmethod
     def from_config(cls, config: ServedConfig) -> ClientSpecs:
         batch: tuple[Dim, ...] = ("batch",) if config.batched else ()
 
-        def specs(kind: str, entries: tuple[ConfigTensor, ...]) -> tuple[TensorSpec, ...]:
+        def specs(kind: str, entries: Sequence[ConfigTensor]) -> tuple[TensorSpec, ...]:
             return tuple(
                 TensorSpec(
                     name=entry.name,
@@ -82,7 +85,14 @@ class ClientSpecs:
                 for entry in entries
             )
 
-        return cls(specs("input", config.inputs), specs("output", config.outputs), config.batched)
+        required = [entry for entry in config.inputs if not entry.optional]
+        optional = [entry for entry in config.inputs if entry.optional]
+        return cls(
+            specs("input", required),
+            specs("output", config.outputs),
+            config.batched,
+            specs("input", optional),
+        )
 
 
 def _describe(value: object) -> str:
@@ -98,6 +108,8 @@ class Hooks:
     path: Path
     preprocess: Preprocess | None
     postprocess: Postprocess | None
+    declared: HookTensors | None = None
+    """The client tensors the module declares (INPUTS, OUTPUTS: triton_ort.hook_tensors), None without."""
 
     def name(self, function: str) -> str:
         """How messages name a hook: module path and function."""
@@ -126,7 +138,12 @@ class Hooks:
             raise ConfigError(
                 f"hooks module {path} failed to import: {type(error).__name__}: {error}"
             ) from error
-        hooks = cls(path, getattr(module, "preprocess", None), getattr(module, "postprocess", None))
+        hooks = cls(
+            path,
+            getattr(module, "preprocess", None),
+            getattr(module, "postprocess", None),
+            read_declarations(module, path),
+        )
         if hooks.preprocess is None and hooks.postprocess is None:
             raise ConfigError(
                 f"hooks module {path} defines neither preprocess(inputs) nor postprocess(outputs, inputs)"
@@ -168,7 +185,7 @@ def _all_tensors(value: Any) -> bool:
 def refuse_strings(hooks: Hooks, signature: OnnxSignature, client: ClientSpecs) -> None:
     """Hooks take and return torch tensors: a model with string tensors (the model's or the client's)
     cannot have them (ConfigError at load)."""
-    specs = (*signature.inputs, *signature.outputs, *client.inputs, *client.outputs)
+    specs = (*signature.inputs, *signature.outputs, *client.inputs, *client.optional, *client.outputs)
     if any(spec.element_type.is_string for spec in specs):
         raise ConfigError(
             f"hooks ({hooks.path}) take and return torch tensors, and this model has string tensors; "
@@ -219,7 +236,7 @@ class HookedRunner:
         """The client's tensors against config.pbtxt's inputs (the ONNX file's are preprocess's business)."""
         signature = signature_of(tensors)
         if signature not in self._checked_client_inputs:
-            check_against_specs(self.client.inputs, tensors, "input")
+            check_against_specs(self.client.inputs, tensors, "input", self.client.optional)
             self._checked_client_inputs.keep(signature)
 
     def run_batch(self, requests: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -320,7 +337,28 @@ def check_config_around_hooks(
 ) -> None:
     """The load-time check of config.pbtxt against the ONNX file's `inputs` and `outputs`, for the sides
     no hook stands on: the inputs when there is no preprocess, the outputs when there is no postprocess. A
-    hook may change names, dtypes and shapes, so its side is checked on each run instead (HookedRunner)."""
+    hook may change names, dtypes and shapes, so its side is checked on each run instead (HookedRunner).
+    A config without inputs or outputs (the hooks module declares none, or auto-complete did not run) is
+    refused: the model would be ready with a signature no client can call."""
+    if not config.inputs or not config.outputs:
+        missing = " and ".join(
+            kind for kind, listed in (("inputs", config.inputs), ("outputs", config.outputs)) if not listed
+        )
+        if hooks.declared is None:
+            raise ConfigError(undeclared_message(hooks.path, missing))
+        raise ConfigError(
+            f"config.pbtxt lists no {missing}, though hooks module {hooks.path} declares them: auto-complete "
+            "did not run (tritonserver --disable-auto-complete-config?); write them in config.pbtxt"
+        )
+    if hooks.declared is not None and config.batched:
+        declared = (*hooks.declared.inputs, *hooks.declared.optional, *hooks.declared.outputs)
+        fixed = [spec.name for spec in declared if not spec.shape or isinstance(spec.shape[0], int)]
+        if fixed:
+            raise ConfigError(
+                f"hooks module {hooks.path} declares {fixed} without an open first axis, but max_batch_size "
+                f"is {config.max_batch_size}: declare the batch axis as -1 (e.g. [-1, 2010]), or set "
+                "max_batch_size: 0"
+            )
     if hooks.preprocess is None:
         check_config(config.with_tensors(outputs=()), inputs, ())
     if hooks.postprocess is None:

@@ -24,6 +24,7 @@ from tritonclient.utils import InferenceServerException
 from tests.support.hooks_support import (
     HANDOFF_REPOSITORY,
     build_hooks_repository,
+    expected_logits,
     expected_top_k,
     raw_features,
 )
@@ -44,6 +45,7 @@ def hooks_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTrit
     models = [
         "demo_hooks",
         "hooks_strict",
+        "hooks_declared",
         "classifier",
         "preprocess_bls",
         "preprocess_step",
@@ -135,3 +137,50 @@ def test_a_hooks_module_that_cannot_be_imported_fails_the_load_naming_it(
     assert "hooks_broken/1/hooks.py failed to import: ModuleNotFoundError" in message, message
     assert "a_module_that_is_not_installed" in message
     assert client.is_server_live() and client.is_model_ready("demo_hooks")
+
+
+def test_a_hooked_model_with_the_short_config_serves_what_its_hooks_declare(
+    hooks_server: LocalTritonServer,
+) -> None:
+    """The short config and INPUTS/OUTPUTS in the hooks module: clients see the declared tensors, the
+    model batches dynamically, and an optional input may be sent or left out (preprocess and postprocess
+    get only what was sent)."""
+    client = httpclient.InferenceServerClient(hooks_server.http_url)
+    metadata = client.get_model_metadata("hooks_declared")
+    assert [(t["name"], t["datatype"], t["shape"]) for t in metadata["inputs"]] == [
+        ("raw", "UINT8", [-1, 2010]),
+        ("temperature", "FP32", [-1, 1]),
+    ]
+    assert [(t["name"], t["datatype"], t["shape"]) for t in metadata["outputs"]] == [
+        ("probabilities", "FP32", [-1, 2])
+    ]
+    config = client.get_model_config("hooks_declared")
+    assert config["max_batch_size"] == 8 and "dynamic_batching" in config, config
+    assert [bool(t.get("optional")) for t in config["input"]] == [False, True]
+    raw = raw_features(3, seed=5)
+    logits = expected_logits(raw)
+    for temperature in (None, 0.5):
+        inputs: dict[str, NDArray[Any]] = {"raw": raw}
+        scaled = logits
+        if temperature is not None:
+            inputs["temperature"] = np.full((3, 1), temperature, dtype=np.float32)
+            scaled = logits / temperature
+        exp = np.exp(scaled - scaled.max(axis=1, keepdims=True))
+        outputs, _ = infer(client, "hooks_declared", inputs, ["probabilities"])
+        np.testing.assert_allclose(
+            outputs["probabilities"], exp / exp.sum(axis=1, keepdims=True), **SERVER_TOLERANCE
+        )
+
+
+def test_a_hooked_model_that_declares_nothing_fails_its_load_with_one_line(
+    hooks_server: LocalTritonServer,
+) -> None:
+    """Without INPUTS/OUTPUTS in the hooks module and without inputs and outputs in config.pbtxt, the
+    model would be ready with a signature no client can call: its load fails saying what to declare."""
+    client = httpclient.InferenceServerClient(hooks_server.http_url)
+    with pytest.raises(InferenceServerException) as caught:
+        client.load_model("hooks_undeclared")
+    message = str(caught.value)
+    assert "hooks_undeclared/1/hooks.py declares no client tensors" in message, message
+    assert "INPUTS = {'raw': ('UINT8', [-1, 2010])}" in message
+    assert not client.is_model_ready("hooks_undeclared")

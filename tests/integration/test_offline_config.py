@@ -23,6 +23,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
 from tests.support import exported, graphs
+from tests.support.hooks_support import DECLARED_HOOKS, SHORT_CONFIG, UNDECLARED_HOOKS
 from tests.support.paths import MODEL_REPOSITORY, ROOT, demo_onnx
 from tests.unit.test_cli import triton_ort
 from triton_ort.harness.repository import pin_one_instance
@@ -63,6 +64,8 @@ LOADING: dict[str, tuple[Callable[[Path], Path], str]] = {
     "overridable": (graphs.overridable, TWO_LINES),
     # ...and batched where the config sets max_batch_size, scale then sent as [rows, 1]
     "overridable_batched": (graphs.overridable, TWO_LINES + "max_batch_size: 8\n"),
+    # The short config of a hooked model: inputs, outputs and batching from the hooks module's declarations.
+    "hooks_declared": (_copy_demo, SHORT_CONFIG),
 }
 if importlib.util.find_spec("onnxruntime_extensions") is not None:  # requirements-dev.txt, tests only
     import onnxruntime_extensions
@@ -113,7 +116,10 @@ REFUSED: dict[str, tuple[Callable[[Path], Path], str]] = {
         TWO_LINES
         + f'input [ {{ name: "{DEMO_INPUT}", data_type: TYPE_FP32, dims: [ 2010 ], optional: true }} ]\n',
     ),
+    # Hooks that declare nothing, and a config without inputs and outputs: nobody could call the model.
+    "hooks_undeclared": (_copy_demo, SHORT_CONFIG),
 }
+HOOKS_SOURCE = {"hooks_declared": DECLARED_HOOKS, "hooks_undeclared": UNDECLARED_HOOKS}
 # Loaded after the start: the launcher refuses to start a server that loads it (the last test).
 MISSPELT = "misspelt_backend"
 MISSPELT_CONFIG = 'backend: "onnxruntime_zerocoppy"\n'
@@ -128,6 +134,8 @@ def _add(repository: Path, name: str, build: Callable[[Path], Path], config: str
     (repository / name / "1").mkdir(parents=True)
     build(repository / name / "1" / "model.onnx")
     (repository / name / "config.pbtxt").write_text(config)
+    if name in HOOKS_SOURCE:
+        (repository / name / "1" / "hooks.py").write_text(HOOKS_SOURCE[name])
 
 
 @pytest.fixture(scope="module")

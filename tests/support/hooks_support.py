@@ -24,6 +24,9 @@ STRICT_HOOKS = """
 import torch
 from triton_ort import InputError
 
+INPUTS = {"raw_embeddings": ("UINT8", [-1, 2010])}
+OUTPUTS = {"top_scores": ("FP32", [-1, 2]), "top_classes": ("INT64", [-1, 2])}
+
 def preprocess(inputs):
     raw = inputs["raw_embeddings"]
     if bool((raw == 255).any()):
@@ -35,6 +38,43 @@ def preprocess(inputs):
 def postprocess(outputs, inputs):
     scores, classes = torch.topk(torch.softmax(outputs["np_logits"], dim=1), 2, dim=1)
     return {"top_scores": scores, "top_classes": classes}
+"""
+
+
+# The short config of a hooked model: what clients see comes from the hooks module's declarations.
+SHORT_CONFIG = (
+    'backend: "onnxruntime_zerocopy"\n'
+    "max_batch_size: 8\n"
+    'parameters { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value { string_value: "no" } }\n'
+    'parameters { key: "hooks" value { string_value: "hooks.py" } }\n'
+)
+
+# The demo's classifier for clients that send uint8 features and, when they like, a softmax temperature.
+DECLARED_HOOKS = """
+import torch
+from triton_ort import ClientTensor
+
+INPUTS = {
+    "raw": ("UINT8", [-1, 2010]),
+    "temperature": ClientTensor("FP32", [-1, 1], optional=True),
+}
+OUTPUTS = {"probabilities": ("FP32", [-1, 2])}
+SEEN = []
+
+def preprocess(inputs):
+    SEEN.append(sorted(inputs))
+    return {"np_script_embeddings": (inputs["raw"].to(torch.float32) - 127.5) / 127.5}
+
+def postprocess(outputs, inputs):
+    logits = outputs["np_logits"]
+    if "temperature" in inputs:
+        logits = logits / inputs["temperature"]
+    return {"probabilities": torch.softmax(logits, dim=1)}
+"""
+
+UNDECLARED_HOOKS = """
+def preprocess(inputs):
+    return {"np_script_embeddings": inputs["raw"].float()}
 """
 
 
@@ -60,8 +100,9 @@ def raw_features(rows: int, seed: int) -> NDArray[Any]:
 
 def build_hooks_repository(repository: Path) -> Path:
     """demo (one instance), demo_hooks as shipped, hooks_strict: demo_hooks with STRICT_HOOKS and a long
-    queue delay, so that concurrent requests reach one execute() together, and hooks_broken, whose hooks
-    module fails to import."""
+    queue delay, so that concurrent requests reach one execute() together, hooks_broken, whose hooks
+    module fails to import, and with the short config, hooks_declared (DECLARED_HOOKS) and
+    hooks_undeclared (UNDECLARED_HOOKS)."""
     demo_onnx()
     shutil.copytree(MODEL_REPOSITORY / "demo", repository / "demo")
     pin_one_instance(repository / "demo")
@@ -79,4 +120,10 @@ def build_hooks_repository(repository: Path) -> Path:
     config = read_config(broken)
     config.name = "hooks_broken"
     write_config(broken, config)
+    for name, source in (("hooks_declared", DECLARED_HOOKS), ("hooks_undeclared", UNDECLARED_HOOKS)):
+        # the short config: the declared one loads at start, the undeclared one on demand (it is refused)
+        (repository / name / "1").mkdir(parents=True)
+        shutil.copy(demo_onnx(), repository / name / "1" / "model.onnx")
+        (repository / name / "1" / "hooks.py").write_text(source)
+        (repository / name / "config.pbtxt").write_text(SHORT_CONFIG)
     return repository

@@ -77,7 +77,9 @@ def test_configured_max_batch_size_is_kept_and_scheduler_left_alone(multi_io: Pa
 
 
 def test_a_config_with_hooks_is_served_as_written(multi_io: Path) -> None:
-    """Hooks may rename, cast and reshape: the config's tensors are the clients', not the ONNX file's."""
+    """Hooks may rename, cast and reshape: the config's tensors are the clients', not the ONNX file's
+    (a hooks module without declarations: tests/unit/test_hook_tensors.py has the declared ones)."""
+    (multi_io / "hooks.py").write_text("def preprocess(inputs):\n    return inputs\n")
     hooked = config(
         max_batch_size=8,
         input=[{"name": "raw", "data_type": "TYPE_UINT8", "dims": [3]}],

@@ -17,17 +17,20 @@ from tests.support.hooks_support import STRICT_HOOKS
 from tests.support.paths import MODEL_REPOSITORY, demo_instance_config, demo_onnx
 from triton_ort import ConfigError, HookError, InputError, ModelInstance
 from triton_ort.harness.reference import reference_outputs
-from triton_ort.harness.repository import read_config
 from triton_ort.hooks import HookedRunner
 
 EXAMPLE = MODEL_REPOSITORY / "demo_hooks"
 
 
 def example_config() -> dict[str, Any]:
-    """demo_hooks' config.pbtxt as Triton hands it to model.py (JSON of ModelConfig)."""
+    """demo_hooks' config.pbtxt as Triton hands it to model.py (JSON of ModelConfig), completed from what
+    its hooks module declares, as auto-complete completes it."""
     from google.protobuf import json_format
 
-    config: dict[str, Any] = json_format.MessageToDict(read_config(EXAMPLE), preserving_proto_field_name=True)
+    from triton_ort.cli.config import completed_config
+
+    completed, _ = completed_config(EXAMPLE)
+    config: dict[str, Any] = json_format.MessageToDict(completed, preserving_proto_field_name=True)
     config["parameters"]["onnx_file"] = {"string_value": str(demo_onnx())}
     return config
 

@@ -3,10 +3,24 @@ which requests in flight do not move and a leak does."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
-from client.soak import MemoryReadings, floor_growth, memory_failures, memory_limits, parse_args
+from client.soak import (
+    MemoryReadings,
+    ModelFacts,
+    bad_requests,
+    floor_growth,
+    good_requests,
+    memory_failures,
+    memory_limits,
+    parse_args,
+)
+from tests.support import graphs
 from triton_ort.harness.processes import MemorySnapshot
+from triton_ort.harness.releases import release_for
+from triton_ort.harness.transport import TensorMeta
 
 MIB = 1024 * 1024
 
@@ -94,3 +108,32 @@ def test_a_snapshot_splits_into_tritonserver_and_its_stubs() -> None:
     assert readings.stubs == [500 * MIB, 500 * MIB]
     assert readings.gpu == [2 * MIB]  # nvidia-smi is read on some readings only
     assert readings.growth() == {"tritonserver": 10 * MIB, "stubs": 0, "gpu": None}
+
+
+def test_optional_inputs_are_sent_sometimes_and_never_required(tmp_path: Path) -> None:
+    """`offset` is optional (an overridable initializer): good requests go with and without it and each
+    answer is the one ONNX Runtime gives for what was sent; no malformed request counts on it, and the
+    missing input is a required one, refused in Triton's words for a model with optional inputs."""
+    onnx_path = graphs.overridable(tmp_path / "model.onnx")
+    facts = ModelFacts(
+        name="overridable",
+        inputs=[TensorMeta("x", "FP32", (-1, 4)), TensorMeta("offset", "FP32", (-1, 4))],
+        outputs=["y"],
+        max_batch_size=8,
+        onnx_path=onnx_path,
+        optional=frozenset({"offset"}),
+    )
+    good = good_requests(facts, count=20, max_rows=4, seed=3)
+    sent = [sorted(t.name for t in request.inputs) for request in good]
+    assert ["offset", "x"] in sent and ["x"] in sent, sent
+    for request in good:
+        arrays = {t.name: t.array for t in request.inputs}
+        assert request.want is not None
+        want = arrays["x"] * graphs.SCALE_DEFAULT + arrays.get("offset", 0.0)
+        np.testing.assert_allclose(request.want["y"], want, rtol=1e-6)
+    bad = {request.kind: request for request in bad_requests(facts, release_for("2.41.0"), seed=3)}
+    assert all("offset" not in {t.name for t in request.inputs} for request in bad.values())
+    missing = bad["missing_input"]
+    assert [t.name for t in missing.inputs] == [] and missing.error is not None
+    message = "expected number of inputs between 1 and 2 but got 0 inputs for model 'overridable'"
+    assert missing.error.search(message), missing.error.pattern

@@ -78,7 +78,7 @@ def _incomplete_entry(config: model_config_pb2.ModelConfig, completed: bool) -> 
                 continue
             problem = f"config {kind} {entry.name!r} must specify {' and '.join(unset)} (Triton refuses it)"
             if "hooks" in config.parameters:
-                return f"{problem}: with hooks, config.pbtxt is served as written"
+                return f"{problem}: with hooks, auto-complete fills in what the hooks module declares"
             if completed:  # auto-complete has filled in every entry that the ONNX file has
                 return f"{problem}: auto-complete fills in the ONNX file's {kind}s only, not {entry.name!r}"
             return problem

@@ -27,11 +27,18 @@ class Malformed:
 
 
 def malformed_requests(
-    model: str, inputs: Sequence[TensorMeta], max_batch_size: int, seed: int = 0
+    model: str,
+    inputs: Sequence[TensorMeta],
+    max_batch_size: int,
+    seed: int = 0,
+    optional: Sequence[str] = (),
 ) -> list[Malformed]:
-    """One request per kind that applies to the model; Triton core refuses each before the model runs."""
+    """One request per kind that applies to the model; Triton core refuses each before the model runs.
+    `optional`: the names of inputs a request may leave out (`optional: true`), which no request here
+    sends: only a missing required input is an error."""
     rng = np.random.default_rng(seed)
-    good = [WireTensor(meta.name, random_array(meta, 2, rng), meta.datatype) for meta in inputs]
+    required = [meta for meta in inputs if meta.name not in optional]
+    good = [WireTensor(meta.name, random_array(meta, 2, rng), meta.datatype) for meta in required]
     first, others = good[0], good[1:]
     name, quoted = re.escape(first.name), re.escape(f"'{model}'")
     found: list[Malformed] = []
@@ -72,7 +79,15 @@ def malformed_requests(
         rf"unexpected inference input 'no_such_input' for model {quoted}"
         rf"|expected {len(good)} inputs but got {len(good) + 1} inputs for model {quoted}",
     )
-    add("missing_input", others, rf"expected {len(good)} inputs but got {len(good) - 1} inputs")
+    if len(required) == len(inputs):
+        add("missing_input", others, rf"expected {len(good)} inputs but got {len(good) - 1} inputs")
+    else:  # Triton core's words where some inputs are optional (infer_request.cc)
+        add(
+            "missing_input",
+            others,
+            rf"expected number of inputs between {len(good)} and {len(inputs)} "
+            rf"but got {len(good) - 1} inputs",
+        )
     add("duplicate_input", [*good, first], f"input '{name}' already exists in request")
     if max_batch_size > 0:
         too_many = max_batch_size + 1
