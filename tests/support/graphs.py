@@ -267,3 +267,27 @@ def quantized_mlp(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     quantize_dynamic(str(float_model), str(path), weight_type=QuantType.QInt8)
     return path
+
+
+def decoder_step(path: Path) -> Path:
+    """A decoder step's cache: present[b, total_sequence] = Concat(past, x) along axis 1, named like the
+    attention mask's axis, as exported decoders name it. ORT computes past + sequence; a mask longer than
+    that gives the output another size than its axis name says. logits[b, sequence] = x."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [
+            helper.make_node("Concat", ["past", "x"], ["present"], axis=1),
+            helper.make_node("Identity", ["x"], ["logits"]),
+        ],
+        "decoder_step",
+        [
+            v("x", TensorProto.FLOAT, ["batch", "sequence"]),
+            v("past", TensorProto.FLOAT, ["batch", "past_sequence"]),
+            v("attention_mask", TensorProto.INT64, ["batch", "total_sequence"]),
+        ],
+        [
+            v("present", TensorProto.FLOAT, ["batch", "total_sequence"]),
+            v("logits", TensorProto.FLOAT, ["batch", "sequence"]),
+        ],
+    )
+    return save(graph, path)
