@@ -11,7 +11,9 @@ decision.
 Outputs whose shape follows from the inputs (static axes, or a symbolic axis that also names an input
 axis, such as the batch) live in buffers the plan allocates, so ORT writes straight into memory torch
 owns. Outputs with data-dependent shapes are allocated by ORT on the device at each run and wrapped as
-torch tensors through DLPack, again without a host copy.
+torch tensors through DLPack, again without a host copy. So is an output that a run finds ORT computing at
+another size than its shared axis name gave (a decoder's present.* beside a longer attention mask): that
+run is run again with the output left to ORT, and so are later runs of its input signature.
 
 What gathering (gather.py) calls is `check` (one request's tensors against the session's inputs) and
 `run_batch` (one run of checked requests: one as sent, or several concatenated here, into a CUDA graph's
