@@ -152,22 +152,26 @@ class ModelInstance:
         has copied them by then; other callers copy what they keep."""
         started = time.perf_counter()
         debug = LOGGER.isEnabledFor(logging.DEBUG)
-        before = self.runner.stats.snapshot() if debug else None
-        results = self.lane.queue(requests)
-        queued = time.perf_counter()
-        results = self.lane.wait(results)
-        finished = time.perf_counter()
-        if self.metrics is not None:
-            try:
-                self.metrics.record_execute(
+        metrics = self.metrics
+        if metrics is not None:  # the metrics sender reads the runner's totals between executes
+            metrics.lock.acquire()
+        try:
+            before = self.runner.stats.snapshot() if debug else None
+            results = self.lane.queue(requests)
+            queued = time.perf_counter()
+            results = self.lane.wait(results)
+            finished = time.perf_counter()
+            if metrics is not None:  # adds to local counts; the sender sends them (metrics.py)
+                metrics.record_execute(
                     self.runner.stats,
                     requests=len(requests),
                     # axis 0 is a batch only where Triton batches
                     rows=sum(request_rows(t) for t in requests) if self.plan.max_batch_size > 0 else 0,
                     on_device=self.runner.placement.is_cuda,
                 )
-            except Exception as error:  # a round trip to the server failed: the answers stand
-                LOGGER.warning("could not send custom metrics: %s", error)
+        finally:
+            if metrics is not None:
+                metrics.lock.release()
         reported = time.perf_counter()
         if before is not None:
             self.last_execute = ExecuteStats.between(
@@ -190,10 +194,10 @@ class ModelInstance:
         ]
 
     def close(self) -> None:
-        """At unload: send the metrics counts that are still waiting for their flush interval."""
+        """At unload: stop the metrics sender and send the counts still waiting for it."""
         if self.metrics is not None:
             try:
-                self.metrics.flush()
+                self.metrics.close()
             except Exception as error:  # the server may already refuse; unloading must go on
                 LOGGER.warning("could not send the last metrics counts: %s", error)
 

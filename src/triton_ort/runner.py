@@ -11,7 +11,9 @@ decision.
 Outputs whose shape follows from the inputs (static axes, or a symbolic axis that also names an input
 axis, such as the batch) live in buffers the plan allocates, so ORT writes straight into memory torch
 owns. Outputs with data-dependent shapes are allocated by ORT on the device at each run and wrapped as
-torch tensors through DLPack, again without a host copy.
+torch tensors through DLPack, again without a host copy. So is an output that a run finds ORT computing at
+another size than its shared axis name gave (a decoder's present.* beside a longer attention mask): that
+run is run again with the output left to ORT, and so are later runs of its input signature.
 
 What gathering (gather.py) calls is `check` (one request's tensors against the session's inputs) and
 `run_batch` (one run of checked requests: one as sent, or several concatenated here, into a CUDA graph's
@@ -28,9 +30,10 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import onnxruntime as ort
@@ -48,6 +51,7 @@ from .graph_buckets import (
 from .output_placement import OutputPlacement
 from .run_plans import (
     PLAN_CACHE_SIZE,
+    SIGNATURES_KEPT,
     BoundedSet,
     RunPlan,
     arena_run_options,
@@ -65,6 +69,29 @@ from .tensor_checks import Signature, check_against_specs, check_shared_axes, si
 LOGGER = logging.getLogger(__name__)
 
 Tensors = Mapping[str, torch.Tensor]
+
+# ORT's refusal of an output buffer bound at another shape than the run computes. 1.32 names the output:
+# "The output OrtValue provided for output 'present' of node '' (Concat) has shape {2,6} but the computed
+# output shape for this run is {2,4}"; earlier releases do not: "OrtValue shape verification failed.
+# Current shape:{2,6} Requested shape:{2,4}", or the allocation planner's "Shape mismatch attempting to
+# re-use buffer" (also said for ORT's own buffers: such a run fails again, and then stands).
+_BOUND_SHAPE_MISMATCH = re.compile(
+    r"The output OrtValue provided for output '(?P<name>[^']+)'.* has shape .* but the computed output shape"
+    r"|OrtValue shape verification failed"
+    r"|Shape mismatch attempting to re-use buffer"
+)
+
+
+def mismatched_outputs(error: Exception, planned: Collection[str]) -> frozenset[str]:
+    """The planned outputs that ORT computed at another size than their bound buffers (`error`: a failed
+    run), or none where the run failed otherwise. Where ORT does not name the output, every planned one
+    whose size the plan took from an input axis."""
+    found = _BOUND_SHAPE_MISMATCH.search(str(error))
+    if found is None:
+        return frozenset()
+    if found["name"] is not None:
+        return frozenset({found["name"]}) & frozenset(planned)
+    return frozenset(planned)
 
 
 def _reads_inputs_on_host(session: ort.InferenceSession) -> bool:
@@ -123,6 +150,9 @@ class IOBindingRunner:
         self.has_strings = any(spec.element_type.is_string for spec in (*self.inputs, *self.outputs))
         self.outputs_follow_batch = outputs_follow_batch(self.inputs, self.outputs)
         self._checked_signatures: BoundedSet[Signature] = BoundedSet()
+        # Signatures whose run computed some planned output at another size than the plan's (a decoder's
+        # present.* named like the attention mask's axis, with a longer mask): ORT allocates those outputs.
+        self._ort_sized: dict[Signature, frozenset[str]] = {}
         self._plans: OrderedDict[Signature, RunPlan] = OrderedDict()
         self._graph_plans: dict[Signature, RunPlan] = {}
         self._graph_ids_given = 0
@@ -250,9 +280,11 @@ class IOBindingRunner:
         shrink = self.arena_needs_shrink and self._shrink_options is not None
         try:
             self.session.run_with_iobinding(binding, self._shrink_options if shrink else plan.run_options)
-        except Exception:
+        except Exception as error:
             self.arena_needs_shrink = self._shrink_options is not None
             self._forget(plan)  # do not trust what a failed run left bound
+            if self._leave_to_ort(tensors, plan, error):
+                return self.run_checked(tensors, queued)  # again, with those outputs ORT's
             raise
         self.stats.arena_shrinks += int(shrink)
         self.arena_needs_shrink = False
@@ -310,6 +342,8 @@ class IOBindingRunner:
         if self._lending_round == 0:
             return self._new_plan(tensors, graph=False), None
         padding = batch_bucket(tensors, self.shared_inputs, self._graph_max_rows)
+        if padding is not None and self._ort_sized and signature_of(tensors) in self._ort_sized:
+            padding = None  # outputs of ORT's allocation: an ordinary plan (graphs need bound outputs)
         if padding is not None:
             rows, bucket = padding
             signature = signature_at(tensors, bucket, self.shared_inputs)
@@ -327,7 +361,12 @@ class IOBindingRunner:
         signature = signature_of(tensors)
         plan = self._graph_plans.get(signature) or self._plans.get(signature)
         if plan is None:
-            graph = padding is None and self._cuda_graph and self._graph_ids_given < MAX_CUDA_GRAPHS
+            graph = (
+                padding is None
+                and self._cuda_graph
+                and self._graph_ids_given < MAX_CUDA_GRAPHS
+                and signature not in self._ort_sized
+            )
             plan = self._new_plan(tensors, graph)
             if graph:
                 self._graph_plans[signature] = plan
@@ -341,6 +380,34 @@ class IOBindingRunner:
             return self._new_plan(tensors, graph=False), None
         return plan, None
 
+    def _leave_to_ort(self, tensors: Tensors, plan: RunPlan, error: Exception) -> bool:
+        """Whether a failed run is run again with ORT allocating outputs: ORT computed some output at
+        another size than the plan took from a shared axis name (the model names the axis alike, the run's
+        inputs differ). Remembered for the signature, so its next run does not fail first."""
+        symbolic = [
+            name
+            for name in plan.outputs
+            if any(not isinstance(dim, int) for dim in self._output_shapes[name] or ())
+        ]
+        mismatched = mismatched_outputs(error, symbolic)
+        if not mismatched:
+            return False
+        signature = signature_of(tensors)
+        before = self._ort_sized.get(signature, frozenset())
+        if mismatched <= before:
+            return False  # left to ORT already: some other failure
+        if not self._ort_sized:
+            LOGGER.info(
+                "output(s) %s came out at another size than their axis names give (%s); ORT allocates "
+                "them for runs of such shapes",
+                ", ".join(sorted(mismatched)),
+                error,
+            )
+        if len(self._ort_sized) < SIGNATURES_KEPT or signature in self._ort_sized:
+            self._ort_sized[signature] = before | mismatched
+            return True
+        return False
+
     def _forget(self, plan: RunPlan) -> None:
         for plans in (self._plans, self._graph_plans):
             for signature, cached in list(plans.items()):
@@ -349,16 +416,24 @@ class IOBindingRunner:
 
     def _new_plan(self, tensors: Tensors, graph: bool) -> RunPlan:
         binding = self.session.io_binding()
-        shapes = {spec.name: output_shape(self._output_shapes[spec.name], tensors) for spec in self.outputs}
+        ort_sized = self._ort_sized.get(signature_of(tensors), ()) if self._ort_sized else ()
+        shapes = {
+            spec.name: None
+            if spec.name in ort_sized
+            else output_shape(self._output_shapes[spec.name], tensors)
+            for spec in self.outputs
+        }
         to_host = self._outputs_to_host(shapes)
         outputs: dict[str, torch.Tensor] = {}
-        for spec in self.outputs:
+        for spec in self.outputs:  # bound in the session's order: get_outputs() gives them in bind order
             shape = shapes[spec.name]
             if shape is not None:
                 outputs[spec.name] = torch.empty(
                     shape, dtype=spec.element_type.tensor_dtype, device=self.device
                 )
                 self._bind(binding.bind_output, spec, outputs[spec.name])
+            else:  # ORT's allocation, bound again at each run (the same place in the binding)
+                binding.bind_output(spec.name, self.placement.device_type, self.placement.device_id)
         host: dict[str, torch.Tensor] | None = None
         if to_host:
             host = {

@@ -32,7 +32,7 @@ from triton_ort.harness.waiting import wait_for
 pytestmark = pytest.mark.integration
 
 TWO_LINE = 'backend: "onnxruntime_zerocopy"\n'
-STARTUP_MODELS = ("multi_io", "demo_mbs64", "nonzero", "warmed")
+STARTUP_MODELS = ("multi_io", "demo_mbs64", "nonzero", "warmed", "decoder_step")
 
 
 PROBE_TENSORS = (
@@ -82,6 +82,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _model(root, "multi_io", multi_io, TWO_LINE)
     _model(root, "demo_mbs64", demo_onnx(), TWO_LINE + "max_batch_size: 64\n")
     _model(root, "nonzero", graphs.nonzero(onnx / "nonzero.onnx"), TWO_LINE)
+    _model(root, "decoder_step", graphs.decoder_step(onnx / "decoder_step.onnx"), TWO_LINE)
     _model(
         root,
         "warmed",
@@ -180,6 +181,21 @@ def test_two_line_config_with_max_batch_size(server: LocalTritonServer, reposito
 def test_model_without_a_batch_axis(server: LocalTritonServer, repository: Path) -> None:
     x = np.array([[0, 1.5, 0, 2], [3, 0, 0, 0], [0, 0, 0, 0]], dtype=np.float32)
     _check_answers(server, "nonzero", repository / "nonzero" / "1" / "model.onnx", {"x": x})
+
+
+def test_an_output_sized_otherwise_than_its_axis_name_answers_as_onnx_runtime(
+    server: LocalTritonServer, repository: Path
+) -> None:
+    """present[batch, total_sequence] with an attention mask longer than past + sequence: ORT computes
+    another size than the mask's axis gives, and the served answer is ORT's (before and after such a run,
+    one whose sizes agree)."""
+    onnx_file = repository / "decoder_step" / "1" / "model.onnx"
+    rng = np.random.default_rng(5)
+    past = rng.standard_normal((2, 3)).astype(np.float32)
+    x = rng.standard_normal((2, 1)).astype(np.float32)
+    for mask_length in (4, 6, 6, 4):
+        mask = np.ones((2, mask_length), np.int64)
+        _check_answers(server, "decoder_step", onnx_file, {"x": x, "past": past, "attention_mask": mask})
 
 
 def test_copied_model_py_is_completed_the_same_way(copied_server: LocalTritonServer) -> None:

@@ -306,3 +306,27 @@ def custom_op(path: Path, domain: str = "com.example", op_type: str = "MyFancyOp
 def contrib_negpos(path: Path) -> Path:
     """custom_op with onnxruntime-extensions' NegPos (domain ai.onnx.contrib)."""
     return custom_op(path, "ai.onnx.contrib", "NegPos")
+
+
+def decoder_step(path: Path) -> Path:
+    """A decoder step's cache: present[b, total_sequence] = Concat(past, x) along axis 1, named like the
+    attention mask's axis, as exported decoders name it. ORT computes past + sequence; a mask longer than
+    that gives the output another size than its axis name says. logits[b, sequence] = x."""
+    v = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [
+            helper.make_node("Concat", ["past", "x"], ["present"], axis=1),
+            helper.make_node("Identity", ["x"], ["logits"]),
+        ],
+        "decoder_step",
+        [
+            v("x", TensorProto.FLOAT, ["batch", "sequence"]),
+            v("past", TensorProto.FLOAT, ["batch", "past_sequence"]),
+            v("attention_mask", TensorProto.INT64, ["batch", "total_sequence"]),
+        ],
+        [
+            v("present", TensorProto.FLOAT, ["batch", "total_sequence"]),
+            v("logits", TensorProto.FLOAT, ["batch", "sequence"]),
+        ],
+    )
+    return save(graph, path)

@@ -192,6 +192,17 @@ def test_serve_help_shows_the_ports_and_the_startup_limit_and_its_variable(
     assert "(default: 300.0)" in text, text  # the variable sets the default
 
 
+def test_serve_given_a_model_folder_names_its_parent_before_any_server_starts(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    folder = model_folder(tmp_path, 'backend: "onnxruntime_zerocopy"\n')
+    done = triton_ort(capsys, "serve", "--model-repository", str(folder))
+    assert done.returncode == 1, done
+    assert f"model repository {folder} is a model's folder" in done.stderr, done.stderr
+    assert f"pass its parent, --model-repository {tmp_path}\n" in done.stderr, done.stderr
+    assert "tritonserver" not in done.stdout  # refused before a start
+
+
 class FakeClient:
     """What _load_inputs asks a tritonclient.http client: the model's config and metadata."""
 

@@ -101,6 +101,32 @@ def test_the_repository_check_lists_every_problem(tmp_path: Path) -> None:
     check_repository(tmp_path, [])  # explicit model control, nothing loaded at start
 
 
+def test_a_model_folder_given_as_the_repository_is_named_with_its_parent(tmp_path: Path) -> None:
+    """One line naming the folder given and the one to pass, instead of "model '1': .../1/config.pbtxt is
+    missing" for its version folder."""
+    folder = model_folder(tmp_path, BACKEND_NAME, ("model.onnx",))
+    with pytest.raises(ServerStartError) as caught:
+        check_repository(folder)
+    assert str(caught.value) == (
+        f"model repository {folder} is a model's folder (it holds config.pbtxt and version folder 1/): "
+        f"pass its parent, --model-repository {tmp_path}"
+    )
+    (folder / "config.pbtxt").unlink()  # a folder of version folders only (a config left to auto-complete)
+    with pytest.raises(ServerStartError, match=r"holds version folder 1/\): pass its parent, "):
+        check_repository(folder)
+    check_repository(tmp_path, [])  # its parent is a repository
+
+
+def test_a_repository_with_a_model_named_by_a_number_is_still_a_repository(tmp_path: Path) -> None:
+    model_folder(tmp_path, "python", ("model.py", "model.onnx"))
+    (tmp_path / "m").rename(tmp_path / "7")
+    check_repository(tmp_path)  # model '7' has its own config.pbtxt: a repository, not a model's folder
+    model_folder(tmp_path, "python", ("model.py", "model.onnx"))
+    (tmp_path / "m" / "config.pbtxt").unlink()
+    with pytest.raises(ServerStartError, match=r"model 'm'.*config\.pbtxt is missing"):
+        check_repository(tmp_path)  # other folders than numbers: a repository with a broken model
+
+
 def test_a_python_model_that_is_not_ours_needs_no_onnx_file(tmp_path: Path) -> None:
     folder = model_folder(tmp_path, "python", ("model.py",))
     (folder / "1" / "model.py").write_text("class TritonPythonModel:\n    pass\n")

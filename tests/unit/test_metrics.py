@@ -1,7 +1,10 @@
-"""Instance metrics are fed from the runner's totals once per execute, through the small backend interface."""
+"""Instance metrics are fed from the runner's totals, counted per execute and sent by a sender thread."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
@@ -15,12 +18,22 @@ from triton_ort.stats import RunnerStats
 LABELS = {"model": "demo", "version": "1", "instance": "demo_0"}
 
 
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def test_one_execute_adds_what_the_runner_gained() -> None:
     backend = InMemoryMetrics()
     metrics = InstanceMetrics(backend, "demo", "1", "demo_0")
     metrics.loaded(RunnerStats(ort_runs=1, ort_run_seconds=0.5), cpu_fallback=False)  # warm-up: not counted
     stats = RunnerStats(ort_runs=3, ort_run_seconds=0.75, host_to_device_copies=4, host_output_runs=1)
     metrics.record_execute(stats, requests=5, rows=40, on_device=True)
+    metrics.close()
     assert backend.value("triton_ort_executes_total", **LABELS) == 1
     assert backend.value("triton_ort_requests_total", **LABELS) == 5
     assert backend.value("triton_ort_rows_total", **LABELS) == 40
@@ -34,16 +47,18 @@ def test_one_execute_adds_what_the_runner_gained() -> None:
 
 def test_unchanged_counters_are_not_sent() -> None:
     backend = InMemoryMetrics()
-    metrics = InstanceMetrics(backend, "demo", "1", "demo_0")
+    metrics = InstanceMetrics(backend, "demo", "1", "demo_0", flush_interval_s=3600.0)
     metrics.loaded(RunnerStats(), cpu_fallback=True)
     before = backend.calls
     metrics.record_execute(
         RunnerStats(ort_runs=1, ort_run_seconds=0.001), requests=1, rows=1, on_device=False
-    )  # the first execute is sent at once
+    )
+    metrics.flush()
     # executes, requests, rows, runs, run seconds: nothing for copies, placement (CPU) or arena shrinks
     assert backend.calls - before == 5
     assert backend.value("triton_ort_cpu_fallback") == 1
     assert backend.value("triton_ort_output_placement_total") == 0
+    metrics.close()
 
 
 def test_cpu_instance_counts_executes_requests_rows_and_runs() -> None:
@@ -54,7 +69,7 @@ def test_cpu_instance_counts_executes_requests_rows_and_runs() -> None:
     requests = [{"np_script_embeddings": torch.rand(rows, 2010)} for rows in (3, 5)]
     instance.infer(requests)
     instance.infer(requests[:1])
-    instance.close()  # sends what waits for the flush interval
+    instance.close()  # stops the sender and sends what it has not sent yet
     assert backend.value("triton_ort_executes_total") == 2  # the warm-up run is not an execute
     assert backend.value("triton_ort_requests_total") == 3
     assert backend.value("triton_ort_rows_total") == 11
@@ -62,40 +77,67 @@ def test_cpu_instance_counts_executes_requests_rows_and_runs() -> None:
     assert backend.value("triton_ort_run_seconds_total") > 0
 
 
-def test_counts_within_the_flush_interval_wait_and_are_sent_together() -> None:
+def test_a_burst_is_sent_without_a_further_execute() -> None:
+    """The counts of the last executes reach the server by themselves, within the interval: a scrape after a
+    burst sees every execute, with no request after it."""
     backend = InMemoryMetrics()
-    now = [100.0]
-    metrics = InstanceMetrics(backend, "demo", "1", "demo_0", flush_interval_s=1.0, clock=lambda: now[0])
+    metrics = InstanceMetrics(backend, "demo", "1", "demo_0", flush_interval_s=0.05)
     metrics.loaded(RunnerStats(), cpu_fallback=False)
-    metrics.record_execute(RunnerStats(ort_runs=1), requests=1, rows=2, on_device=False)
+    for runs in range(1, 128):
+        with metrics.lock:  # as ModelInstance.infer holds it
+            metrics.record_execute(RunnerStats(ort_runs=runs), requests=2, rows=3, on_device=False)
+    assert _wait_for(lambda: backend.value("triton_ort_executes_total", **LABELS) == 127)
+    assert backend.value("triton_ort_requests_total", **LABELS) == 254
+    assert backend.value("triton_ort_rows_total", **LABELS) == 381
+    assert backend.value("triton_ort_runs_total", **LABELS) == 127
+    metrics.close()
+
+
+def test_executes_within_the_interval_are_sent_together() -> None:
+    backend = InMemoryMetrics()
+    metrics = InstanceMetrics(backend, "demo", "1", "demo_0", flush_interval_s=0.5)
+    metrics.loaded(RunnerStats(), cpu_fallback=False)
     sent = backend.calls
-    assert backend.value("triton_ort_requests_total", **LABELS) == 1
-    now[0] += 0.4
-    metrics.record_execute(RunnerStats(ort_runs=2), requests=3, rows=6, on_device=False)
-    now[0] += 0.4
-    metrics.record_execute(RunnerStats(ort_runs=3), requests=1, rows=1, on_device=False)
-    assert backend.calls == sent  # within the interval: nothing sent, no round trip
-    assert backend.value("triton_ort_requests_total", **LABELS) == 1
-    now[0] += 0.3
-    metrics.record_execute(RunnerStats(ort_runs=4), requests=2, rows=2, on_device=False)
-    # one increment per counter carries the three executes' sums
-    assert backend.calls - sent == 4  # executes, requests, rows, runs
-    assert backend.value("triton_ort_executes_total", **LABELS) == 4
-    assert backend.value("triton_ort_requests_total", **LABELS) == 7
-    assert backend.value("triton_ort_rows_total", **LABELS) == 11
-    assert backend.value("triton_ort_runs_total", **LABELS) == 4
+    for runs in (1, 2, 3):
+        metrics.record_execute(RunnerStats(ort_runs=runs), requests=1, rows=2, on_device=False)
+    assert backend.calls == sent  # an execute makes no round trip
+    assert _wait_for(lambda: backend.value("triton_ort_executes_total", **LABELS) == 3)
+    assert backend.calls - sent == 4  # one increment each: executes, requests, rows, runs
+    assert backend.value("triton_ort_rows_total", **LABELS) == 6
+    metrics.close()
 
 
-def test_unload_sends_what_is_still_waiting() -> None:
+def test_close_stops_the_sender_and_sends_what_is_still_waiting() -> None:
     backend = InMemoryMetrics()
     metrics = InstanceMetrics(backend, "demo", "1", "demo_0", flush_interval_s=3600.0)
     metrics.loaded(RunnerStats(), cpu_fallback=False)
     metrics.record_execute(RunnerStats(ort_runs=1), requests=1, rows=1, on_device=False)
     metrics.record_execute(RunnerStats(ort_runs=2), requests=2, rows=5, on_device=False)
-    assert backend.value("triton_ort_requests_total", **LABELS) == 1
-    metrics.flush()  # ModelInstance.close() at finalize
+    assert backend.value("triton_ort_requests_total", **LABELS) == 0
+    metrics.close()  # ModelInstance.close() at finalize
     assert backend.value("triton_ort_requests_total", **LABELS) == 3
     assert backend.value("triton_ort_rows_total", **LABELS) == 6
+    assert not any(t.name == "triton_ort metrics" for t in threading.enumerate())
+
+
+def test_the_sender_reads_the_runner_totals_between_executes() -> None:
+    """While an execute holds the lock its runner's totals change; a flush waits for it to end."""
+    backend = InMemoryMetrics()
+    metrics = InstanceMetrics(backend, "demo", "1", "demo_0", flush_interval_s=3600.0)
+    stats = RunnerStats()
+    metrics.loaded(stats, cpu_fallback=False)
+    metrics.record_execute(stats, requests=1, rows=1, on_device=True)
+    with metrics.lock:  # an execute in the middle of a run: runs counted, placement not yet
+        stats.ort_runs += 1
+        flushing = threading.Thread(target=metrics.flush)
+        flushing.start()
+        time.sleep(0.05)
+        assert backend.value("triton_ort_executes_total", **LABELS) == 0
+        stats.host_output_runs += 1
+    flushing.join()
+    assert backend.value("triton_ort_output_placement_total", placement="host") == 1
+    assert backend.value("triton_ort_output_placement_total", placement="device") == 0
+    metrics.close()
 
 
 class _FakeFamily:
@@ -151,3 +193,4 @@ def test_a_failed_metrics_send_does_not_fail_the_answers() -> None:
     instance = ModelInstance(config, demo_onnx().parent, "CPU", 0, metrics=metrics)
     (result,) = instance.infer([{"np_script_embeddings": torch.rand(2, 2010)}])
     assert isinstance(result, dict) and result["np_logits"].shape == (2, 2)
+    instance.close()  # the last send fails too: logged, and the unload goes on

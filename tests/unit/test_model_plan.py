@@ -96,3 +96,37 @@ def test_a_bounded_set_stops_growing_at_its_limit() -> None:
 )
 def test_the_one_output_placement_rule(mode: str, output_bytes: int | None, to_host: bool) -> None:
     assert OutputPlacement(mode, host_max_bytes=64).to_host(output_bytes) is to_host
+
+
+@pytest.mark.parametrize("gather", ["", "yes"])
+def test_a_graph_the_onnx_package_cannot_read_is_run_apart_and_the_load_says_why_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, gather: str
+) -> None:
+    """An ORT-format model: ORT serves it, the onnx package cannot read it to check whether its rows mix.
+    The load says so once, with the error and the parameter that overrides the choice."""
+    ort_file = tmp_path / "model.ort"
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(ort_file)
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.add_session_config_entry("session.save_model_format", "ORT")
+    ort.InferenceSession(str(demo_onnx()), options, providers=["CPUExecutionProvider"])
+    runner = IOBindingRunner(
+        ort.InferenceSession(str(ort_file), providers=["CPUExecutionProvider"]), Placement("cpu")
+    )
+    model_config = {
+        **DEMO_CONFIG,
+        "parameters": {"gather_requests": {"string_value": gather}} if gather else {},
+    }
+    config = ServedConfig.parse(model_config)
+    with caplog.at_level("INFO", logger="triton_ort"):
+        plan = ModelPlan.build(config, checked_options(config), None, ort_file, runner.signature, graphs=True)
+    said = [r for r in caplog.records if "could not be read" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING", caplog.text
+    message = said[0].getMessage()
+    assert "Error parsing message" in message, message  # the onnx package's own words
+    if gather:  # gathered as the parameter says; CUDA graphs get a graph per batch size, not padded ones
+        assert plan.gathers and plan.graph_rows == 0
+        assert "batches are not padded" in message and "no parameter pads them" in message
+    else:
+        assert not plan.gathers and plan.graph_rows == 0
+        assert "not gathered" in message and "gather_requests: yes gathers them anyway" in message

@@ -16,6 +16,7 @@ from tests.support.paths import demo_onnx
 from triton_ort import InputError, IOBindingRunner, Placement
 from triton_ort import runner as runner_module
 from triton_ort.output_placement import OutputPlacement
+from triton_ort.tensor_checks import signature_of
 
 CPU = Placement("cpu")
 
@@ -321,3 +322,50 @@ def test_every_run_names_its_cuda_graph_id(monkeypatch: pytest.MonkeyPatch) -> N
     assert passed[:2] == [None, None]  # no options at all: ORT does not look
     assert len(passed) == 4 and all(o is not None for o in passed[2:])
     assert {o.get_run_config_entry("gpu_graph_id") for o in passed[2:] if o is not None} == {"-1"}
+
+
+def test_an_output_ort_sizes_otherwise_than_its_axis_name_falls_back_to_ort_allocation(
+    tmp_path: Path,
+) -> None:
+    """A decoder's present.* is named like the attention mask's axis; with a mask longer than past +
+    sequence ORT computes another size. The run answers as session.run does (ORT allocates that output),
+    and the signature's next run goes straight to the plan that leaves it to ORT."""
+    path = graphs.decoder_step(tmp_path / "decoder.onnx")
+    runner = runner_for(path)
+    fits = {
+        "x": torch.rand(2, 1),
+        "past": torch.rand(2, 3),
+        "attention_mask": torch.ones(2, 4, dtype=torch.int64),
+    }
+    longer = {**fits, "attention_mask": torch.ones(2, 6, dtype=torch.int64)}
+    for tensors in (fits, longer, longer, fits):
+        runner.reclaim_outputs()
+        got = runner.run(tensors)
+        want = session_run(path, {name: t.numpy() for name, t in tensors.items()})
+        assert list(got) == ["present", "logits"]
+        for name, value in want.items():
+            np.testing.assert_array_equal(got[name].numpy(), value)
+    assert runner.stats.ort_runs == 4  # the failed run is not counted, and failed once only
+    assert runner.plan_count == 2
+    assert runner._ort_sized == {signature_of(longer): frozenset({"present"})}
+
+
+def test_a_run_failing_otherwise_is_not_run_again(tmp_path: Path) -> None:
+    runner = runner_for(graphs.pairwise_add(tmp_path / "pair.onnx"))
+    runner.reclaim_outputs()
+    with pytest.raises(Exception, match="Add"):
+        runner.run({"x": torch.ones(1, 2), "y": torch.ones(1, 3)})
+    assert runner.stats.ort_runs == 0 and not runner._ort_sized
+
+
+def test_the_older_ort_wordings_leave_every_planned_output_to_ort() -> None:
+    older = RuntimeError("Shape mismatch attempting to re-use buffer. {2,6} != {2,4}. Validate usage")
+    assert runner_module.mismatched_outputs(older, ["present", "logits"]) == {"present", "logits"}
+    verified = RuntimeError("OrtValue shape verification failed. Current shape:{2,6} Requested shape:{2,4}")
+    assert runner_module.mismatched_outputs(verified, ["present"]) == {"present"}
+    newer = RuntimeError(
+        "The output OrtValue provided for output 'present' of node '' (Concat) has shape {2,6} but the "
+        "computed output shape for this run is {2,4}."
+    )
+    assert runner_module.mismatched_outputs(newer, ["present", "logits"]) == {"present"}
+    assert runner_module.mismatched_outputs(RuntimeError("out of memory"), ["present"]) == set()

@@ -200,6 +200,24 @@ def server_backends(server_args: Sequence[str] = ()) -> set[str]:
     return {*PYTHON_BACKENDS, *(p.name for d in extra if d.is_dir() for p in d.iterdir() if p.is_dir())}
 
 
+def model_folder_as_repository(root: Path) -> str:
+    """Why `root`, given as a model repository, is one model's folder ('' when it is not): it holds a
+    config.pbtxt, or only version folders (numbers), the first without a config.pbtxt of its own. Triton
+    would take each version folder for a model whose config.pbtxt is missing."""
+    folders = [p.name for p in root.iterdir() if p.is_dir()]
+    versions = sorted((name for name in folders if name.isdigit()), key=int)
+    if (root / "config.pbtxt").is_file():
+        holds = "config.pbtxt" + (f" and version folder {versions[0]}/" if versions else "")
+    elif versions and len(versions) == len(folders) and not (root / versions[0] / "config.pbtxt").is_file():
+        holds = f"version folder {versions[0]}/"
+    else:
+        return ""
+    return (
+        f"model repository {root} is a model's folder (it holds {holds}): "
+        f"pass its parent, --model-repository {root.parent}"
+    )
+
+
 def check_repository(
     repository: Path | Sequence[Path],
     models: Sequence[str] | None = None,
@@ -213,6 +231,8 @@ def check_repository(
     for root in repositories:
         if not root.is_dir():
             raise ServerStartError(f"model repository {root} is not a directory")
+        if problem := model_folder_as_repository(root):
+            raise ServerStartError(problem)
     folders = {p.name: p for root in reversed(repositories) for p in root.iterdir() if p.is_dir()}
     names = models if models is not None else sorted(folders)
     problems = []
