@@ -25,6 +25,7 @@ from torch.profiler import ProfilerActivity, profile
 from tests.support.hooks_support import (
     EXAMPLE,
     HANDOFF_REPOSITORY,
+    example_config,
     expected_logits,
     expected_top_k,
     raw_features,
@@ -61,10 +62,7 @@ RECORDING_HOOKS = (EXAMPLE / "1" / "hooks.py").read_text() + textwrap.dedent(
 
 
 def gpu_instance(tmp_path: Path, placement: str) -> ModelInstance:
-    from google.protobuf import json_format
-
-    config = json_format.MessageToDict(read_config(EXAMPLE), preserving_proto_field_name=True)
-    config["parameters"]["onnx_file"] = {"string_value": str(demo_onnx())}
+    config = example_config()
     config["parameters"]["output_placement"] = {"string_value": placement}
     (tmp_path / "hooks.py").write_text(RECORDING_HOOKS)
     return ModelInstance(config, tmp_path, "GPU", 0)

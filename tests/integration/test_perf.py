@@ -142,7 +142,8 @@ def test_compare_native_says_the_backend_is_missing_and_measures_ours(
     assert done.returncode == 0, done.stderr
     skipped = [line for line in done.stderr.splitlines() if line.startswith("native onnxruntime backend")]
     assert len(skipped) == 1 and "not installed on this server, skipped" in skipped[0], done.stderr
-    assert "libtriton_onnxruntime.so" in skipped[0]
+    # the server's own reason follows, in its release's words: it names the backend
+    assert "onnxruntime" in skipped[0].partition("skipped")[2], skipped[0]
     report = json.loads((tmp_path / "perf.json").read_text())
     assert report["native"] is None and {p["model"] for p in report["points"]} == {"optional"}
 

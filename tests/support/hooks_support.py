@@ -18,6 +18,20 @@ EXAMPLE = MODEL_REPOSITORY / "demo_hooks"
 HANDOFF_REPOSITORY = MODEL_REPOSITORY.parent / "examples" / "gpu_handoff"
 GATHER_DELAY_US = 200_000
 
+
+def example_config() -> dict[str, Any]:
+    """demo_hooks' config.pbtxt as Triton hands it to model.py (JSON of ModelConfig), completed from what
+    its hooks module declares, as auto-complete completes it, and pointed at the built demo ONNX file."""
+    from google.protobuf import json_format
+
+    from triton_ort.cli.config import completed_config
+
+    completed, _ = completed_config(EXAMPLE)
+    config: dict[str, Any] = json_format.MessageToDict(completed, preserving_proto_field_name=True)
+    config["parameters"]["onnx_file"] = {"string_value": str(demo_onnx())}
+    return config
+
+
 # A test variant of the example's hooks: a value of 255 makes preprocess raise (a hook bug: INTERNAL), 254
 # makes it reject the request (InputError: INVALID_ARG); otherwise the example's ops.
 STRICT_HOOKS = """

@@ -13,26 +13,11 @@ import pytest
 import torch
 from numpy.typing import NDArray
 
-from tests.support.hooks_support import STRICT_HOOKS
-from tests.support.paths import MODEL_REPOSITORY, demo_instance_config, demo_onnx
+from tests.support.hooks_support import EXAMPLE, STRICT_HOOKS, example_config
+from tests.support.paths import demo_instance_config, demo_onnx
 from triton_ort import ConfigError, HookError, InputError, ModelInstance
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.hooks import HookedRunner
-
-EXAMPLE = MODEL_REPOSITORY / "demo_hooks"
-
-
-def example_config() -> dict[str, Any]:
-    """demo_hooks' config.pbtxt as Triton hands it to model.py (JSON of ModelConfig), completed from what
-    its hooks module declares, as auto-complete completes it."""
-    from google.protobuf import json_format
-
-    from triton_ort.cli.config import completed_config
-
-    completed, _ = completed_config(EXAMPLE)
-    config: dict[str, Any] = json_format.MessageToDict(completed, preserving_proto_field_name=True)
-    config["parameters"]["onnx_file"] = {"string_value": str(demo_onnx())}
-    return config
 
 
 def instance_with(tmp_path: Path, hooks_source: str | None, **config: Any) -> ModelInstance:

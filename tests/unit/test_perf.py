@@ -90,18 +90,20 @@ def test_the_outputs_an_answer_declares_over_http_and_grpc() -> None:
 
 
 def test_an_output_in_shared_memory_is_checked_by_datatype_and_shape_over_grpc() -> None:
-    # gRPC answers an output written into a shared-memory region with empty contents
+    # Triton's gRPC endpoint answers an output written into a shared-memory region with empty contents
+    # and no parameter that says so: what was asked decides
     response = service_pb2.ModelInferResponse()
-    out = response.outputs.add(name="y", datatype="FP32", shape=[2, 4])
-    out.parameters["shared_memory_region"].string_param = "perf_output_0"
-    out.parameters["shared_memory_byte_size"].int64_param = 32
+    response.outputs.add(name="y", datatype="FP32", shape=[2, 4])
     response.raw_output_contents.append(b"")
 
     class GrpcResult:
         def get_response(self) -> service_pb2.ModelInferResponse:
             return response
 
-    seen = perf.seen_outputs(GrpcResult())
+    assert check_answer([OutputSpec("y", "FP32", (2, 4))], perf.seen_outputs(GrpcResult())) == [
+        "output 'y': 0 bytes for shape [2, 4], expected 32"
+    ]
+    seen = perf.seen_outputs(GrpcResult(), in_shared_memory=True)
     assert seen == {"y": SeenOutput("FP32", (2, 4), None)}
     assert check_answer([OutputSpec("y", "FP32", (2, 4))], seen) == []
 

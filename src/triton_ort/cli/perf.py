@@ -125,29 +125,25 @@ def check_answer(expected: Sequence[OutputSpec], seen: Mapping[str, SeenOutput])
     return problems
 
 
-def seen_outputs(result: Any) -> dict[str, SeenOutput]:
-    """The outputs an InferResult (HTTP or gRPC, sync or async) declares, without decoding their data."""
+def seen_outputs(result: Any, in_shared_memory: bool = False) -> dict[str, SeenOutput]:
+    """The outputs an InferResult (HTTP or gRPC, sync or async) declares, without decoding their data.
+    `in_shared_memory`: the outputs were requested into shared-memory regions (--cuda-shm); their bytes
+    are in the regions, so only datatype and shape can be checked (gRPC answers each with empty contents
+    and no parameter that says so)."""
     response = result.get_response()
     if isinstance(response, dict):  # HTTP: JSON header, binary data after it
         return {
             out["name"]: SeenOutput(
                 out["datatype"],
                 tuple(int(d) for d in out["shape"]),
-                out.get("parameters", {}).get("binary_data_size"),
+                None if in_shared_memory else out.get("parameters", {}).get("binary_data_size"),
             )
             for out in response.get("outputs", [])
         }
     raw = list(response.raw_output_contents)
-
-    def nbytes(index: int, out: Any) -> int | None:
-        # An output written into a shared-memory region (--cuda-shm) comes back with empty contents: its
-        # bytes are in the region, so only its datatype and shape can be checked here.
-        if "shared_memory_region" in out.parameters or len(raw) != len(response.outputs):
-            return None
-        return len(raw[index])
-
+    known = not in_shared_memory and len(raw) == len(response.outputs)
     return {
-        out.name: SeenOutput(out.datatype, tuple(int(d) for d in out.shape), nbytes(i, out))
+        out.name: SeenOutput(out.datatype, tuple(int(d) for d in out.shape), len(raw[i]) if known else None)
         for i, out in enumerate(response.outputs)
     }
 
@@ -412,9 +408,15 @@ class Load:
     numpy in the body, or one set of CUDA shared-memory regions per slot)."""
 
     def __init__(
-        self, protocol: str, url: str, slots: list[tuple[list[Any], list[Any]]], concurrency: int
+        self,
+        protocol: str,
+        url: str,
+        slots: list[tuple[list[Any], list[Any]]],
+        concurrency: int,
+        outputs_in_shared_memory: bool = False,
     ) -> None:
         self.protocol = protocol
+        self.outputs_in_shared_memory = outputs_in_shared_memory
         self.url = url
         self.slots = slots
         self.concurrency = concurrency
@@ -451,7 +453,7 @@ class Load:
         except InferenceServerException as error:
             raise PerfError(f"model {target.name!r} refused a request: {_one_line(error)}") from None
         latency = time.perf_counter() - started
-        problems = check_answer(target.expected, seen_outputs(result))
+        problems = check_answer(target.expected, seen_outputs(result, self.outputs_in_shared_memory))
         if problems:
             raise PerfError(f"wrong answer from model {target.name!r}: {'; '.join(problems)}")
         return latency
@@ -811,7 +813,7 @@ async def _measure(
     batch: int,
 ) -> list[Point]:
     points = []
-    async with Load(args.protocol, args.url, slots, max(args.concurrency)) as load:
+    async with Load(args.protocol, args.url, slots, max(args.concurrency), args.cuda_shm) as load:
         for concurrency in args.concurrency:
             for target in targets:  # at each concurrency one after the other: the same moment of the host
                 points.append(await load.point(target, concurrency, batch, args))
