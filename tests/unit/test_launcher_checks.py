@@ -245,6 +245,20 @@ def test_a_multi_line_error_logged_on_one_line_reads_as_on_two_point_forty_one()
     assert load_errors(log) == load_errors(MISMATCH_LOG)[:1]
 
 
+def test_quotes_a_load_error_holds_read_as_on_two_point_forty_one() -> None:
+    """Triton 2.51 escapes the quotes of a load error it logs on one line (seen on the GPU test host,
+    2026-12-04: a config line the error quotes came back as `\\"/path/to/lib.so\\"`)."""
+    reason = "node 'n' is of domain 'd': model_operations { op_library_filename: \"/path/to/lib.so\" }"
+    quoted = reason.replace('"', '\\"')
+    log = (
+        "E1204 11:55:01.000001 1 model_lifecycle.cc:654] \"failed to load 'custom' version 1: Internal: "
+        f'TritonModelException: {quoted}"\n'
+    )
+    assert load_errors(log) == [
+        f"model 'custom' version 1 failed to load: Internal: TritonModelException: {reason}"
+    ]
+
+
 def test_a_port_in_use_is_reported() -> None:
     log = (
         "E1130 13:40:01.000001 1 main.cc:245] failed to start GRPC service: Unavailable - Socket "

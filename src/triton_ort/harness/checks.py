@@ -271,6 +271,16 @@ def _with_detail(first: str, rest: list[str]) -> str:
     return "\n".join([first, *detail[:_DETAIL_LINES]])
 
 
+_ESCAPES = {'"': '"', "\\": "\\", "n": "\n"}
+_ESCAPED = re.compile(r'\\(["\\\\n])')
+
+
+def _unescaped(message: str) -> str:
+    """A message as Triton 2.51 logs it (quoted, on one line: `\\"`, `\\\\` and `\\n` escaped; seen on the GPU
+    test host) in the words 2.41 logs it."""
+    return _ESCAPED.sub(lambda found: _ESCAPES[found[1]], message)
+
+
 def load_errors(log: str) -> list[str]:
     """The causes of a failed start, most specific first: each model's own load error (once per model),
     a port already in use, then Triton's final `error: ...` line."""
@@ -279,8 +289,8 @@ def load_errors(log: str) -> list[str]:
     for first, *rest in _records(log):
         if failed := _LOAD_FAILED.search(first):
             key, message = failed["model"], failed["message"]
-            if "\\n" in message:  # 2.51 logs a multi-line error as one line, its newlines escaped
-                message, *more = message.rstrip('"').replace("\\n", "\n").split("\n")
+            if first.startswith('"'):  # 2.51's quoted form: one line, its quotes and newlines escaped
+                message, *more = _unescaped(message.removesuffix('"')).split("\n")
                 rest = [*more, *rest]
             what = f"model '{key}' version {failed['version']} failed to load: {message}"
             found.setdefault(key, _with_detail(what, rest))
