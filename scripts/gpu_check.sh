@@ -4,7 +4,7 @@
 # beside it would move). The host's Python is used as it is (USE_HOST_PYTHON=1: the first python3 on PATH,
 # the one the python-backend stub follows; HOST_PYTHON=/path/to/python3 picks another).
 # Usage on the host, from the project root:
-#   OUT=/tmp/gpu-out bash scripts/gpu_check.sh tiers         # gpu + integration (two halves) + unit at once
+#   OUT=/tmp/gpu-out bash scripts/gpu_check.sh tiers         # gpu + integration (three parts) + unit at once
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh reliability   # tests/reliability alone (~317 s)
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh bench [models...]   # the smoke check and the benchmark
 # Logs and summary-<mode>.txt go to $OUT (JUnit XML to a temporary folder); the summary table (tier, passed, failed, errors,
@@ -40,22 +40,21 @@ if [ "$MODE" = bench ]; then
 fi
 
 # tier -> its paths and pytest arguments. The multi-GPU file is scripts/gpu_multi_check.sh's. The
-# integration files run as two pytest processes (every other file each): one process for all of them took
-# 437 s on the GPU test host on 2026-12-02, and the files have grown since.
+# integration files run as three pytest processes (every third file each): as two halves they took 423 s
+# and 170 s on the GPU test host on 2026-12-04, near the ten minutes one command may take there.
 mapfile -t INTEGRATION < <(ls tests/integration/test_*.py)
-EVEN=() ODD=()
-for i in "${!INTEGRATION[@]}"; do
-  if (( i % 2 )); then ODD+=("${INTEGRATION[$i]}"); else EVEN+=("${INTEGRATION[$i]}"); fi
-done
+PART=("" "" "")
+for i in "${!INTEGRATION[@]}"; do PART[i % 3]+=" ${INTEGRATION[$i]}"; done
 declare -A ARGS=(
   [gpu]="-q tests/gpu --ignore=tests/gpu/test_multi_gpu.py"
-  [integration]="-q ${EVEN[*]}"
-  [integration2]="-q ${ODD[*]}"
+  [integration]="-q${PART[0]}"
+  [integration2]="-q${PART[1]}"
+  [integration3]="-q${PART[2]}"
   [unit]="-q tests/unit"
   # -v: one line per test as it finishes, so a run cut short still says which tests passed or failed
   [reliability]="-v tests/reliability"
 )
-if [ "$MODE" = tiers ]; then TIERS=(gpu integration integration2 unit); else TIERS=(reliability); fi
+if [ "$MODE" = tiers ]; then TIERS=(gpu integration integration2 integration3 unit); else TIERS=(reliability); fi
 
 declare -A PIDS SECONDS_OF
 # JUnit XML and timings beside $OUT, not in it: $OUT keeps to the logs and the summary.
