@@ -12,6 +12,8 @@ Anchors, measured in the same run on the same batch (the served ones are client/
   plain    the simplest zero-copy model.py a user would write (GPU hosts)
   naive    the tutorial model (as_numpy -> session.run -> numpy) behind the same tritonserver
   pytriton nvidia-pytriton serving the same ORT IO-binding function (numpy over gRPC; it has no GPU path)
+  native   Triton's native onnxruntime backend on the same file, by a server of its own, where the host
+           has that backend (--native-backend; skipped with one line elsewhere)
 
 The load generator is closed-loop: at concurrency 1 one synchronous gRPC client (as perf_analyzer's
 default); above it asyncio over tritonclient's grpc.aio, `concurrency` requests in flight, each worker
@@ -61,6 +63,9 @@ from client.load import Workload, load_in_processes, request_workers
 from triton_ort.harness.reference import compare
 from triton_ort.harness.server import exit_on_termination
 from triton_ort.harness.transport import STAGES, ModelStatistics
+
+NGC_NATIVE_BACKEND = Path("/opt/tritonserver/backends/onnxruntime")
+"""Where NGC's tritonserver images keep the native onnxruntime backend."""
 
 
 @dataclass
@@ -359,6 +364,7 @@ def bench_model(model: str, server_url: str, repository: Path, args: argparse.Na
             results += measure_apart("MPS", model, repository, work, args, under_mps, mps=True)
     for concurrency in (1, top):
         results.append(run(f"{model}_naive", "naive", transport, concurrency))
+    results += measure_native(model, repository, work, args)
     if not args.skip_pytriton:
         with pytriton_server(work.onnx_path, f"{model}_pytriton") as url:
             for concurrency in (1, top):
@@ -374,6 +380,32 @@ Anchors = dict[str, tuple[str, tuple[int, ...]]]
 """Served-name suffix -> (anchor, the concurrencies it is measured at)."""
 
 
+def measure_native(
+    model: str, repository: Path, work: Workload, args: argparse.Namespace
+) -> list[Measurement]:
+    """Triton's native onnxruntime backend on the same ONNX file (`<model>_native`), by a server of its own
+    that has the backend's folder (--native-backend; NGC's images have it at NGC_NATIVE_BACKEND); where
+    there is none, one line says so and nothing is measured."""
+    folder = args.native_backend or (NGC_NATIVE_BACKEND if NGC_NATIVE_BACKEND.is_dir() else None)
+    if folder is None:
+        _note(
+            f"{model}: native onnxruntime backend: skipped, this host has none (give its folder with "
+            f"--native-backend DIR; NGC's tritonserver images have it at {NGC_NATIVE_BACKEND})"
+        )
+        return []
+    anchors: Anchors = {"_native": ("native", (1, max(args.concurrency)))}
+    return measure_apart(
+        "the native onnxruntime backend",
+        model,
+        repository,
+        work,
+        args,
+        anchors,
+        transport=transport_for_ours(),
+        backends={"onnxruntime": folder},
+    )
+
+
 def measure_apart(
     what: str,
     model: str,
@@ -381,6 +413,7 @@ def measure_apart(
     work: Workload,
     args: argparse.Namespace,
     anchors: Anchors,
+    transport: str = "cuda-shm",
     **serving_options: Any,
 ) -> list[Measurement]:
     """Anchors served by a server of their own (the opt-in CUDA graphs; the server under CUDA MPS): one
@@ -397,7 +430,7 @@ def measure_apart(
                             model,
                             model + suffix,
                             anchor,
-                            "cuda-shm",
+                            transport,
                             concurrency,
                             work,
                             args,
@@ -497,6 +530,8 @@ def ratio_table(results: list[Measurement], placements: dict[str, str]) -> str:
                 ours_top,
                 "requests_per_s",
             ),
+            ("native onnxruntime backend p50 / ours p50 (c=1)", get("native"), ours, "p50_us"),
+            (f"ours / native throughput (c={top})", ours_top, get("native", top), "requests_per_s"),
             ("pytriton p50 / ours p50 (c=1)", py, ours, "p50_us"),
             (f"ours / pytriton throughput (c={top})", ours_top, py_top, "requests_per_s"),
             ("ours p50 / plain zero-copy model.py p50 (c=1)", ours, get("plain"), "p50_us"),
@@ -593,6 +628,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=0.5)
     parser.add_argument("--min-requests", type=int, default=20)
     parser.add_argument("--skip-pytriton", action="store_true")
+    parser.add_argument(
+        "--native-backend",
+        type=Path,
+        metavar="DIR",
+        help="the folder of Triton's native onnxruntime backend (libtriton_onnxruntime.so), built for this "
+        f"tritonserver's release, to measure it beside ours (default: {NGC_NATIVE_BACKEND} where it exists)",
+    )
     parser.add_argument(
         "--profile", action="store_true", help="also time our code per execute (debug server)"
     )

@@ -9,7 +9,8 @@ several times: served by our zero-copy model.py (`<name>`), with each output pla
 (`<name>_device`, `<name>_host`) and with CUDA graphs (`<name>_graph`), by the benchmark's anchors in
 client/anchors/ (the naive tutorial model `<name>_naive`, the simplest zero-copy model `<name>_plain`, the
 transport-floor models that return zeros without running ORT `<name>_null_host`, `<name>_null_device`,
-`<name>_null_kernel`), and with the instance counts and queue delays of the sweep
+`<name>_null_kernel`), by Triton's native onnxruntime backend (`<name>_native`, measured where the host
+has that backend), and with the instance counts and queue delays of the sweep
 (`<name>_i<count>_d<microseconds>`).
 """
 
@@ -63,12 +64,14 @@ PLAIN_MODEL_PY = ANCHORS / "plain_model.py"
 
 @dataclass(frozen=True)
 class Serving:
-    """How one benchmark variant serves a model: which model.py, how many instances, how it batches."""
+    """How one benchmark variant serves a model: which model.py (None: a backend that reads model.onnx
+    itself), how many instances, how it batches."""
 
-    model_py: Path
+    model_py: Path | None
     instances: int = 1
     queue_delay_us: int = 0
     parameters: tuple[tuple[str, str], ...] = ()
+    backend: str = "python"
 
 
 # The configuration each benchmarked model ships with (instances, queue delay), chosen by the sweep
@@ -104,6 +107,8 @@ def bench_variants(name: str) -> dict[str, Serving]:
         f"{name}_null_host": null("host"),
         f"{name}_null_device": null("device"),
         f"{name}_null_kernel": null("kernel"),
+        # Triton's native onnxruntime backend on the same file, served where the host has it (client.bench)
+        f"{name}_native": Serving(None, instances, delay, backend="onnxruntime"),
     }
     for count, queue_delay in SWEEP:
         variants[f"{name}_i{count}_d{queue_delay}"] = ours(count=count, queue_delay=queue_delay)
@@ -115,17 +120,17 @@ def bench_config(
 ) -> str:
     # The naive model reads inputs with as_numpy(), so it keeps the backend's default CPU-only inputs.
     force_cpu = "yes" if serving.model_py == NAIVE_MODEL_PY else "no"
-    parameters = [("FORCE_CPU_ONLY_INPUT_TENSORS", force_cpu), *serving.parameters]
+    parameters = [("FORCE_CPU_ONLY_INPUT_TENSORS", force_cpu)] if serving.backend == "python" else []
+    parameters += serving.parameters
     parameter_text = ", ".join(f'{{ key: "{k}", value: {{ string_value: "{v}" }} }}' for k, v in parameters)
     return f"""name: "{name}"
-backend: "python"
+backend: "{serving.backend}"
 max_batch_size: {max_batch}
 input [ {{ name: "{input_name}", data_type: TYPE_FP32, dims: [ {width} ] }} ]
 output [ {{ name: "{output_name}", data_type: TYPE_FP32, dims: [ {out_width} ] }} ]
 instance_group [ {{ kind: KIND_AUTO, count: {serving.instances} }} ]
 dynamic_batching {{ max_queue_delay_microseconds: {serving.queue_delay_us} }}
-parameters [ {parameter_text} ]
-"""
+""" + (f"parameters [ {parameter_text} ]\n" if parameters else "")
 
 
 def export(module: torch.nn.Module, path: Path, input_name: str, output_name: str, width: int) -> None:
@@ -168,7 +173,8 @@ def write_bench_models(
     for served_name, serving in bench_variants(name).items():
         version = out / served_name / "1"
         version.mkdir(parents=True, exist_ok=True)
-        shutil.copy(serving.model_py, version / "model.py")
+        if serving.model_py is not None:
+            shutil.copy(serving.model_py, version / "model.py")
         if served_name != name:  # every variant shares the one ONNX file
             (version / "model.onnx").unlink(missing_ok=True)
             os.link(onnx_path, version / "model.onnx")  # a hard link: the 4096-wide MLP is 268 MB

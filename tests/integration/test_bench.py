@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from client.bench import NGC_NATIVE_BACKEND
 from client.bench_plot import draw
 from tests.support.paths import ROOT
 
@@ -84,6 +85,19 @@ def test_tables_are_aligned(bench_run: tuple[subprocess.CompletedProcess[str], P
             assert all(i == 0 or line[i - 1] == " " for i in starts[1:]), f"{line!r} vs {lines[at]!r}"
     anchors = {line.split()[1] for line in lines[underlines[0] + 1 :] if line.startswith("demo ")}
     assert {"floor", "ours", "null-host", "naive", "pytriton"} <= anchors
+
+
+def test_the_native_backend_is_skipped_in_one_line_where_the_host_has_none(
+    bench_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    if NGC_NATIVE_BACKEND.is_dir():
+        pytest.skip(f"this host has the native onnxruntime backend ({NGC_NATIVE_BACKEND}): it is measured")
+    result, work = bench_run
+    said = [line for line in result.stderr.splitlines() if "native onnxruntime backend" in line]
+    assert len(said) == 1 and said[0].startswith("demo: native onnxruntime backend: skipped"), said
+    assert "--native-backend DIR" in said[0] and str(NGC_NATIVE_BACKEND) in said[0]
+    report = json.loads((work / "results" / "bench.json").read_text())
+    assert "native" not in {m["anchor"] for m in report["results"]}
 
 
 def test_no_files_are_left_behind(bench_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:

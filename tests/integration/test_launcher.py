@@ -406,3 +406,30 @@ def test_the_startup_limit_comes_from_the_environment_and_names_how_to_raise_it(
     output = launched.output()
     assert "not ready after 0 s" in output or "not ready after 1 s" in output, output
     assert "--startup-timeout SECONDS or TRITON_ORT_STARTUP_TIMEOUT_S" in output, output
+
+
+def test_another_backend_is_linked_into_the_servers_backends_and_tritonserver_opens_it(
+    tmp_path: Path,
+) -> None:
+    """backends={name: folder} (client.bench --native-backend): a folder without libtriton_<name>.so fails
+    the start at once, naming it; with one, tritonserver opens that file for a model of that backend (here
+    a file that is no library: the model's load fails naming it), and the stop leaves the folder as it was."""
+    repository = tmp_path / "repository"
+    (repository / "native" / "1").mkdir(parents=True)
+    graphs.identity(repository / "native" / "1" / "model.onnx", TensorProto.FLOAT)
+    (repository / "native" / "config.pbtxt").write_text('backend: "onnxruntime"\n')
+    folder = tmp_path / "onnxruntime"
+    folder.mkdir()
+    started = time.monotonic()
+    with pytest.raises(ServerStartError, match=f"{folder} holds no libtriton_onnxruntime.so"):
+        LocalTritonServer(repository, backends={"onnxruntime": folder}).start()
+    assert time.monotonic() - started < 5
+    library = folder / "libtriton_onnxruntime.so"
+    library.write_bytes(b"not a shared library")
+    with pytest.raises(ServerStartError) as caught:
+        LocalTritonServer(
+            repository, backends={"onnxruntime": folder}, log_file=tmp_path / "tritonserver.log"
+        ).start()
+    first = str(caught.value).splitlines()[0]
+    assert first.startswith("model 'native' version 1 failed to load") and "libtriton_onnxruntime.so" in first
+    assert library.read_bytes() == b"not a shared library"

@@ -1,7 +1,8 @@
 """The benchmark and the diagnostics as laid out: the benchmark repository that
 scripts/build_models.py --bench writes holds every model client.bench serves, each through a model.py that
-exists (ours, or an anchor of client/anchors/); client/ never imports diagnostics/, and the diagnostics
-import nothing from each other or from scripts/ (what they share is client/bench_common.py)."""
+exists (ours, or an anchor of client/anchors/) but the native backend's twin; client/ never imports
+diagnostics/, and the diagnostics import nothing from each other or from scripts/ (what they share is
+client/bench_common.py)."""
 
 from __future__ import annotations
 
@@ -45,7 +46,10 @@ def test_every_model_the_benchmark_serves_is_built_from_a_model_py_that_exists(m
     missing = sorted(model + s for s in suffixes if model + s not in variants and s != "_pytriton")
     assert missing == [], "client.bench serves these, scripts/build_models.py --bench does not build them"
     for name, serving in variants.items():
-        assert serving.model_py.is_file(), f"{name}: {serving.model_py}"
+        if serving.backend == "python":
+            assert serving.model_py is not None and serving.model_py.is_file(), f"{name}: {serving.model_py}"
+        else:  # a backend that reads model.onnx itself: Triton's native onnxruntime
+            assert (name, serving.backend, serving.model_py) == (f"{model}_native", "onnxruntime", None)
 
 
 def imported_modules(path: Path) -> set[str]:

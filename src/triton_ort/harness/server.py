@@ -219,6 +219,11 @@ class LocalTritonServer:
     log_file: Path | None = None
     """Where the server log goes and stays; by default in the work folder, removed at stop (kept and
     named when the start fails)."""
+    backends: Mapping[str, Path] = field(default_factory=dict)
+    """Other backends to serve beside the python backend and ours: name -> the folder that holds
+    libtriton_<name>.so, linked into this server's backend directory (the native onnxruntime backend of an
+    NGC image: {"onnxruntime": Path("/opt/tritonserver/backends/onnxruntime")}); it must be built for this
+    tritonserver's release."""
     mps: bool = False
     """Serve as clients of a CUDA MPS daemon of this server's own (triton_ort.harness.mps), started before
     tritonserver and quit after it: the server's and the stubs' GPU work then shares one context."""
@@ -277,6 +282,13 @@ class LocalTritonServer:
         shutil.copy(stub, backend / "triton_python_backend_stub")
         # Beside `python`, the Python-based backend it runs: models with backend "onnxruntime_zerocopy".
         install_zerocopy_backend(backend.parent)
+        for name, folder in self.backends.items():
+            if not (folder / f"libtriton_{name}.so").is_file():
+                raise ServerStartError(
+                    f"backend {name!r}: {folder} holds no libtriton_{name}.so (give the backend's own "
+                    f"folder, e.g. /opt/tritonserver/backends/{name} in NGC's tritonserver images)"
+                )
+            (backend.parent / name).symlink_to(folder.resolve(), target_is_directory=True)
         return backend.parent
 
     def _environment(self, libs: Path) -> dict[str, str]:
@@ -353,7 +365,9 @@ class LocalTritonServer:
             *(Path(extra) for extra in option_values(self.extra_args, "--model-repository")),
         ]
         check_repository(
-            repositories, models_loaded_at_start(self.extra_args), server_backends(self.extra_args)
+            repositories,
+            models_loaded_at_start(self.extra_args),
+            server_backends(self.extra_args) | set(self.backends),
         )
         if not own_shm_prefix_is_safe(repositories):
             self.shm_prefix = None
