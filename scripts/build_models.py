@@ -71,7 +71,11 @@ class Serving:
     instances: int = 1
     queue_delay_us: int = 0
     parameters: tuple[tuple[str, str], ...] = ()
-    backend: str = "python"
+
+    @property
+    def backend(self) -> str:
+        """The python backend runs a model.py; without one, Triton's native onnxruntime backend."""
+        return "python" if self.model_py is not None else "onnxruntime"
 
 
 # The configuration each benchmarked model ships with (instances, queue delay), chosen by the sweep
@@ -108,7 +112,7 @@ def bench_variants(name: str) -> dict[str, Serving]:
         f"{name}_null_device": null("device"),
         f"{name}_null_kernel": null("kernel"),
         # Triton's native onnxruntime backend on the same file, served where the host has it (client.bench)
-        f"{name}_native": Serving(None, instances, delay, backend="onnxruntime"),
+        f"{name}_native": Serving(None, instances, delay),
     }
     for count, queue_delay in SWEEP:
         variants[f"{name}_i{count}_d{queue_delay}"] = ours(count=count, queue_delay=queue_delay)

@@ -272,7 +272,7 @@ def _with_detail(first: str, rest: list[str]) -> str:
 
 
 _ESCAPES = {'"': '"', "\\": "\\", "n": "\n"}
-_ESCAPED = re.compile(r'\\(["\\\\n])')
+_ESCAPED = re.compile(r'\\(["\\n])')
 
 
 def _unescaped(message: str) -> str:
