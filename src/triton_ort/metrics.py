@@ -17,11 +17,26 @@ our own is what the stub allows: Stub::SendMessage serialises its callers with a
 execute thread at most once per interval, never per execute. The runner's totals change while an execute
 runs; `ModelInstance.infer` holds `InstanceMetrics.lock` meanwhile, so the sender reads them between
 executes (a torn read could count a run as on the device and then take it back).
+
+Every series also carries the label `pid`, the stub process that counts it, because Triton must never see two
+stubs' metrics with one label set. Two processes that create a metric of the same name and labels get one
+prometheus series, but Triton core counts each MetricFamily's holders apart (core src/metric_family.cc,
+MetricFamily::Add/Remove: prom_metric_ref_cnt_ is a member of each family object, 23.12 to 24.10): the first
+to delete its metric frees the series while the other still writes to it. A load that fails while the
+previous version serves (a half-copied model.onnx), or a reload of a serving version, runs a second stub
+beside the first with the same model, version and instance: its metrics, deleted with it, freed the serving
+stub's series, whose next increment wrote freed memory in tritonserver; every later model load then hung
+(measured, 2.41: also with a plain python model that keeps one counter). With the stub's pid in the labels
+each series has one holder, and goes with it.
+
+Unload is bounded: `close()` lets the sender send the rest and waits `CLOSE_TIMEOUT_S` for it; a send that
+blocks (a round trip the server does not answer) loses those counts, never the unload.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +50,8 @@ PREFIX = "triton_ort_"
 # How long the sender waits after an execute for more to join before it sends (see the module docstring):
 # a scrape sees an execute about this long after it.
 FLUSH_INTERVAL_S = 0.1
+# How long an unload waits for the sender's last send (a few round trips, well under a millisecond each).
+CLOSE_TIMEOUT_S = 5.0
 
 
 class Counter(Protocol):
@@ -156,9 +173,10 @@ _RUNNER_COUNTERS = (
 
 
 class InstanceMetrics:
-    """The metrics of one model instance, labelled model, version and instance.
+    """The metrics of one model instance, labelled model, version, instance and pid (this process: see the
+    module docstring).
 
-    `loaded()` starts the sender thread, `close()` stops it and sends what is left; `flush()` sends now."""
+    `loaded()` starts the sender thread, `close()` stops it after its last send; `flush()` sends now."""
 
     def __init__(
         self,
@@ -167,8 +185,14 @@ class InstanceMetrics:
         version: str,
         instance: str,
         flush_interval_s: float = FLUSH_INTERVAL_S,
+        pid: int | None = None,
     ) -> None:
-        self.labels = {"model": model, "version": version, "instance": instance}
+        self.labels = {
+            "model": model,
+            "version": version,
+            "instance": instance,
+            "pid": str(os.getpid() if pid is None else pid),
+        }
         self._flush_interval_s = flush_interval_s
         # Held by an execute while it runs and counts (ModelInstance.infer), and by a flush while it reads
         # what is unsent: the runner's totals are read between executes.
@@ -235,12 +259,13 @@ class InstanceMetrics:
             self._wake.set()
 
     def _send_loop(self) -> None:
-        """The sender: after an execute, wait the interval for more to join, then send them together."""
+        """The sender: after an execute, wait the interval for more to join, then send them together; once
+        stopped, send the rest at once and end."""
         failing = False
-        while not self._stop.is_set():
+        stopping = False
+        while not stopping:
             self._wake.wait()
-            if self._stop.wait(self._flush_interval_s):
-                return  # close() sends the rest
+            stopping = self._stop.wait(self._flush_interval_s)
             self._wake.clear()  # before the flush: an execute counted after it wakes the next round
             try:
                 self.flush()
@@ -271,14 +296,25 @@ class InstanceMetrics:
                 if value:
                     metric.increment(value)
 
-    def close(self) -> None:
-        """At unload: stop the sender, then send what is still unsent."""
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
+        """At unload: the sender sends what is still unsent and ends. Returns within `timeout_s` whatever
+        the server does; False (with a warning) when the sender had not finished by then: its daemon thread
+        is left to the process's exit, and the counts it holds are lost. Nothing was counted before
+        `loaded()`, so without a sender there is nothing to send."""
         self._stop.set()
         self._wake.set()
-        if self._sender is not None:
-            self._sender.join()
-            self._sender = None
-        self.flush()
+        sender, self._sender = self._sender, None
+        if sender is None:
+            return True
+        sender.join(timeout_s)
+        if sender.is_alive():
+            LOGGER.warning(
+                "the custom metrics' last send did not finish within %.1f s; its counts are lost and the "
+                "unload goes on",
+                timeout_s,
+            )
+            return False
+        return True
 
 
 def triton_instance_metrics(pb_utils: Any, model: str, version: str, instance: str) -> InstanceMetrics | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,9 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
+from tests.support.metrics_port import scrape
 from tests.support.paths import SERVER_TOLERANCE, demo_onnx
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.server import LocalTritonServer
@@ -84,22 +83,10 @@ def native_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTri
         ),
     )
     add_native_model(repository, "native_bad_level", ("level: 1", "level: 7"))
-    # Loaded once: reloading a loaded model on Triton 23.12 drops its custom metric series (docs/metrics.md).
     with LocalTritonServer(
         repository, extra_args=["--model-control-mode=explicit", "--load-model=native"]
     ) as server:
         yield server
-
-
-def scrape(server: LocalTritonServer) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample on the metrics port, by name and labels."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 def ours(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -146,6 +147,7 @@ class _FakeFamily:
 
     def __init__(self, name: str, description: str, kind: str) -> None:
         self.created.append((name, kind))
+        self.name = name
         self.labels: list[dict[str, str]] = []
 
     def Metric(self, labels: dict[str, str]) -> SimpleNamespace:
@@ -194,3 +196,68 @@ def test_a_failed_metrics_send_does_not_fail_the_answers() -> None:
     (result,) = instance.infer([{"np_script_embeddings": torch.rand(2, 2010)}])
     assert isinstance(result, dict) and result["np_logits"].shape == (2, 2)
     instance.close()  # the last send fails too: logged, and the unload goes on
+
+
+def test_every_series_names_the_stub_process_that_counts_it() -> None:
+    """Two stubs of one model, version and instance (a reload beside the serving version) must never share
+    a label set: Triton frees a shared series when either stub deletes its metric (metrics.py)."""
+    _FakeFamily.created = []
+    families: list[_FakeFamily] = []
+
+    def family(name: str, description: str, kind: str) -> _FakeFamily:
+        families.append(_FakeFamily(name, description, kind))
+        return families[-1]
+
+    family.COUNTER, family.GAUGE = "counter", "gauge"  # type: ignore[attr-defined]
+    pb_utils = SimpleNamespace(MetricFamily=family)
+    serving = triton_instance_metrics(pb_utils, "demo", "1", "demo_0")
+    assert serving is not None and serving.labels["pid"] == str(os.getpid())
+    InstanceMetrics(TritonMetricFamilies(pb_utils), "demo", "1", "demo_0", pid=os.getpid() + 1)
+    series = [(f.name, tuple(sorted(labels.items()))) for f in families for labels in f.labels]
+    assert all(dict(labels)["pid"] for _, labels in series)
+    assert len(series) == len(set(series)), "two stubs' metrics share a series"
+
+
+class _BlockedCounter:
+    """A send the server never answers (a round trip to a stalled server process)."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+
+    def increment(self, value: float) -> None:
+        self.release.wait()
+
+    def set(self, value: float) -> None:
+        pass
+
+
+def test_a_blocked_metrics_send_blocks_neither_executes_nor_the_unload() -> None:
+    release = threading.Event()
+
+    class Blocked(InMemoryMetrics):
+        def counter(self, name: str, description: str, labels: Any) -> Any:
+            return _BlockedCounter(release)
+
+    metrics = InstanceMetrics(Blocked(), "demo", "1", "demo_0", flush_interval_s=0.01)
+    config = demo_instance_config(64, intra_op_thread_count="1")
+    instance = ModelInstance(config, demo_onnx().parent, "CPU", 0, metrics=metrics)
+    try:
+        x = {"np_script_embeddings": torch.rand(2, 2010)}
+        instance.infer([x])
+        time.sleep(0.1)  # the sender is now inside its blocked send
+        started = time.monotonic()
+        for _ in range(3):
+            (result,) = instance.infer([x])
+            assert isinstance(result, dict)
+        assert time.monotonic() - started < 2.0, "executes waited for the blocked send"
+        started = time.monotonic()
+        assert metrics.close(timeout_s=0.5) is False  # the counts held by the blocked send are lost
+        assert time.monotonic() - started < 1.5, "the unload waited for the blocked send"
+    finally:
+        release.set()
+    assert _wait_for(lambda: not any(t.name == "triton_ort metrics" for t in threading.enumerate()))
+
+
+def test_close_without_a_started_sender_returns_at_once() -> None:
+    metrics = InstanceMetrics(InMemoryMetrics(), "demo", "1", "demo_0")
+    assert metrics.close(timeout_s=0.0) is True
