@@ -57,6 +57,7 @@ from triton_ort.harness.transport import (
     model_metadata,
     tensor_metas,
 )
+from triton_ort.input_ranges import ValueRange, index_ranges_in_file, value_ranges
 
 # gRPC statuses that mean no answer came (the HTTP client raises its transport's exceptions instead).
 CONNECTION_STATUSES = {
@@ -86,6 +87,9 @@ class ModelFacts:
     optional: frozenset[str] = frozenset()
     """Inputs a request may leave out (`optional: true` in the served config): good requests send each
     of them about every other time, malformed ones never, and none is required."""
+    ranges: Mapping[str, ValueRange] = field(default_factory=dict)
+    """The values of integer inputs: the tables they index in the ONNX file, else the served config's
+    input_ranges, else 0 or 1 (triton_ort.input_ranges)."""
 
 
 def read_model_facts(client: Any, model: str, model_repository: Path) -> ModelFacts:
@@ -102,7 +106,20 @@ def read_model_facts(client: Any, model: str, model_repository: Path) -> ModelFa
         max_batch_size=int(config.get("max_batch_size", 0)),
         onnx_path=model_repository / model / "1" / onnx_file,
         optional=frozenset(str(e["name"]) for e in config.get("input", []) if e.get("optional")),
+        ranges=_value_ranges(metadata, config, model_repository / model / "1" / onnx_file),
     )
+
+
+def _value_ranges(
+    metadata: Mapping[str, Any], config: Mapping[str, Any], onnx_path: Path
+) -> dict[str, ValueRange]:
+    """The soak reads the model's file, so the graph's tables come first (a file it cannot read: none)."""
+    try:
+        from_graph = index_ranges_in_file(onnx_path)
+    except Exception:  # a hooked model's or another backend's file: the served config and the default
+        from_graph = {}
+    datatypes = [(meta.name, meta.datatype) for meta in tensor_metas(metadata, "inputs")]
+    return {**value_ranges(datatypes, config, {}), **from_graph}
 
 
 def _wire(arrays: Mapping[str, NDArray[Any]], facts: ModelFacts) -> tuple[WireTensor, ...]:
@@ -119,7 +136,9 @@ def good_requests(facts: ModelFacts, count: int, max_rows: int, seed: int) -> li
         rows = int(rng.integers(1, max(1, min(max_rows, facts.max_batch_size or 1)) + 1))
         # an optional input goes in about every other request: answers with and without it are checked
         sent = [m for m in facts.inputs if m.name not in facts.optional or rng.random() < 0.5]
-        batches.append({meta.name: random_array(meta, rows, rng) for meta in sent})
+        batches.append(
+            {meta.name: random_array(meta, rows, rng, facts.ranges.get(meta.name)) for meta in sent}
+        )
     kinds = []
     for index, batch in enumerate(batches):
         floats = [a for a in batch.values() if a.dtype.kind == "f"]

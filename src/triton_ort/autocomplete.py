@@ -54,8 +54,10 @@ from typing import Any, Protocol
 
 import onnx
 
+from . import input_ranges
 from .dtypes import ELEMENT_TYPES, ZIPMAP_HINT, ElementType, from_onnx_type
 from .errors import ConfigError, unreadable_onnx_file
+from .input_ranges import format_ranges, index_ranges
 from .options import parameters_from_model_config, parse_options
 from .sequence import control_inputs
 from .served_config import ConfigTensor
@@ -93,6 +95,10 @@ class CompletedConfig:
     outputs: tuple[dict[str, Any], ...]
     dynamic_batching: bool
     """Whether to call ModelConfig.set_dynamic_batching."""
+    input_ranges: str | None = None
+    """The parameter input_ranges the graph gives (triton_ort.input_ranges), where the config sets none:
+    `triton-ort config` prints it for config.pbtxt. Not sent to Triton, which takes only max_batch_size,
+    inputs, outputs and batching from an auto-completed config (core TritonModel::UpdateModelConfig)."""
 
 
 def _element_type(value_info: onnx.ValueInfoProto, where: str) -> ElementType:
@@ -130,6 +136,11 @@ def _shape(value_info: onnx.ValueInfoProto) -> tuple[Dim, ...]:
 
 def read_onnx_signature(path: Path) -> OnnxSignature:
     """The tensors of an ONNX file's graph, without loading external weights."""
+    return onnx_signature(read_onnx_file(path))
+
+
+def read_onnx_file(path: Path) -> onnx.ModelProto:
+    """An ONNX file's model without its external weights; ConfigError where it is missing or unreadable."""
     if not path.is_file():
         raise ConfigError(
             f"ONNX file {str(path)!r} does not exist (parameter onnx_file names it, relative to the "
@@ -141,6 +152,11 @@ def read_onnx_signature(path: Path) -> OnnxSignature:
         raise unreadable_onnx_file(path, error) from error
     if not model.HasField("graph"):  # an empty file parses as an empty ModelProto
         raise unreadable_onnx_file(path, "it holds no graph (an empty file, or not an ONNX model)")
+    return model
+
+
+def onnx_signature(model: onnx.ModelProto) -> OnnxSignature:
+    """The tensors of a model's graph: inputs, outputs, and initializers a request may override."""
     graph = model.graph
     weights = {tensor.name: tensor for tensor in graph.initializer}
     # Models exported with IR < 4 list every weight as a graph input too; ONNX Runtime overrides none of
@@ -252,8 +268,12 @@ def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> Compl
     options = parse_options(parameters_from_model_config(model_config))
     if options.hooks:
         return complete_from_hooks(model_config, version_dir / options.hooks)
-    inputs, outputs, overridable = read_onnx_signature(version_dir / options.onnx_file)
+    model = read_onnx_file(version_dir / options.onnx_file)
+    inputs, outputs, overridable = onnx_signature(model)
     max_batch_size = _max_batch_size(model_config, inputs, outputs, overridable)
+    ranges = (
+        index_ranges(model) if input_ranges.PARAMETER not in (model_config.get("parameters") or {}) else {}
+    )
 
     configured_inputs = {str(e["name"]): e for e in model_config.get("input", [])}
     configured_outputs = {str(e["name"]): e for e in model_config.get("output", [])}
@@ -272,6 +292,7 @@ def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> Compl
         inputs=tuple(completed_inputs),
         outputs=tuple(completed_outputs),
         dynamic_batching=max_batch_size > 1 and not has_scheduler,
+        input_ranges=format_ranges(ranges) if ranges else None,
     )
 
 

@@ -13,6 +13,7 @@ silently falls back to a default.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 from collections.abc import Callable, Mapping
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .errors import ConfigError
+from .input_ranges import PARAMETER as INPUT_RANGES
+from .input_ranges import parse_ranges
 
 LOGGER = logging.getLogger(__name__)
 
@@ -280,6 +283,8 @@ _PARAMETERS: dict[str, _Parameter] = {
     "cuda_graph": _Parameter("cuda_graph", _parse_bool, native=False),
     "cuda_stack_bytes": _Parameter("cuda_stack_bytes", _parse_count, native=False),
     "warmup": _Parameter("warmup", _parse_warmup, native=False),
+    # For clients, not the runtime: the values each integer input accepts (triton_ort.input_ranges).
+    INPUT_RANGES: _Parameter(None, lambda what, raw: parse_ranges(raw, what), native=False),
 }
 
 # Our earlier spellings, kept so existing configs load; each logs a warning naming the native spelling.
@@ -308,6 +313,17 @@ class _Collected:
         self.values[name], self.sources[name] = value, source
 
 
+def _unknown_parameter(key: str) -> str:
+    """The refusal of an unknown parameter: the one meant where a known one is close (case and typos),
+    else every known one."""
+    known = sorted({*_PARAMETERS, *DEPRECATED_PARAMETERS, *BACKEND_KEYS})
+    by_lower = {name.lower(): name for name in (*_PARAMETERS, *BACKEND_KEYS)}  # current spellings
+    close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.75)
+    if close:
+        return f"unknown parameter {key!r}; did you mean {by_lower[close[0]]!r}?"
+    return f"unknown parameter {key!r}; known parameters: {', '.join(known)}"
+
+
 def _collect_parameters(parameters: Mapping[str, str], collected: _Collected) -> None:
     for key, raw in parameters.items():
         if key in BACKEND_KEYS:
@@ -320,8 +336,7 @@ def _collect_parameters(parameters: Mapping[str, str], collected: _Collected) ->
         elif key in _PARAMETERS:
             parameter = _PARAMETERS[key]
         else:
-            known = sorted({*_PARAMETERS, *DEPRECATED_PARAMETERS})
-            raise ConfigError(f"unknown parameter {key!r}; known parameters: {', '.join(known)}")
+            raise ConfigError(_unknown_parameter(key))
         value = parameter.parse(f"parameter {key!r}", raw)
         if parameter.field is not None:
             collected.set(parameter.field, value, f"parameter {key}")

@@ -23,6 +23,7 @@ from onnx import helper
 from tritonclient.grpc import model_config_pb2
 
 from tests.support import graphs
+from tests.support.exported import bert_encoder
 from tests.support.paths import ROOT, demo_onnx
 from tests.support.user_commands import activated, serving, shell
 from triton_ort.harness.server import free_ports
@@ -90,10 +91,19 @@ def _demo(path: Path) -> Path:
 
 # your_model.onnx: the demo (one input), and a model of three inputs of three element types, so that the
 # recipe's snippet is shown to take every input's name, type and shape from the file.
+def _bert(path: Path) -> Path:
+    return bert_encoder(path, token_types=True)
+
+
+# And a transformers BERT (random weights, no download), whose token ids and token types index tables:
+# random integers are wrong data for it, so the recipe's `infer` must make up values the graph accepts.
 MODELS: dict[str, tuple[Callable[[Path], Path], list[tuple[str, list[int]]]]] = {
     "demo": (_demo, [("np_script_embeddings", [2010])]),
     "multi_input": (graphs.multi_io, [("a", [3]), ("b", [4]), ("c", [2])]),
+    "bert": (_bert, [("input_ids", [-1]), ("attention_mask", [-1]), ("token_type_ids", [-1])]),
 }
+# What `triton-ort config` reads from each graph (triton_ort.input_ranges): the tables' first dimensions.
+GRAPH_RANGES = {"bert": "input_ids=0:99 token_type_ids=0:1"}
 
 
 @pytest.mark.parametrize("model", list(MODELS))
@@ -146,6 +156,15 @@ def test_serve_your_own_onnx_model_recipe(tmp_path: Path, model: str) -> None:
         )
         assert check.returncode == 0, check.stdout + check.stderr
         assert "OK: outputs match expected.npz" in check.stdout, check.stdout
+        if model == "bert":  # a short perf, as docs/benchmarks.md tells it for one's own model
+            shapes = " ".join(f"--shape {name}:8" for name, _ in offline_inputs)
+            measured = shell(
+                f"triton-ort perf my_model -u 127.0.0.1:{http_port} -b 2 {shapes} --concurrency 1 "
+                "-p 300 --max-windows 3",
+                tmp_path,
+                env,
+            )
+            assert measured.returncode == 0, measured.stdout + measured.stderr
     assert server.returncode == 0, (tmp_path / "serve.log").read_text()[-3000:]
     # The headline config's third line reaches the python backend: the served config carries it.
     assert served.get("parameters", {}).get("FORCE_CPU_ONLY_INPUT_TENSORS") == {"string_value": "no"}, served
@@ -154,6 +173,9 @@ def test_serve_your_own_onnx_model_recipe(tmp_path: Path, model: str) -> None:
         (t.name, list(t.dims)) for t in offline.input
     ]
     assert [t["name"] for t in served["output"]] == [t.name for t in offline.output]
+    # The ranges the graph gives, printed offline for config.pbtxt (Triton serves no auto-completed
+    # parameter, so the recipe's infer and perf made up 0 or 1 for the integer inputs: valid in any table).
+    assert offline.parameters["input_ranges"].string_value == GRAPH_RANGES.get(model, "")
     assert _checkout_files() <= before, f"the recipe wrote into the checkout: {_checkout_files() - before}"
 
 

@@ -55,9 +55,10 @@ def sklearn_classifier(path: Path) -> Path:
     return save_model(model, path)  # the IR version its opsets need: readable by the ORT we run
 
 
-def bert_encoder(path: Path) -> Path:
+def bert_encoder(path: Path, token_types: bool = False) -> Path:
     """transformers' BertModel, 1 layer of width 16, random weights: input_ids, attention_mask int64
-    [batch, seq] -> last_hidden_state [batch, seq, 16], pooler_output [batch, 16]."""
+    [batch, seq] (and token_type_ids, with `token_types`: a table of two rows, as BERT's) ->
+    last_hidden_state [batch, seq, 16], pooler_output [batch, 16]."""
     import torch
     import transformers
 
@@ -80,24 +81,26 @@ def bert_encoder(path: Path) -> Path:
             super().__init__()
             self.bert = bert
 
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            out = self.bert(input_ids=input_ids, attention_mask=attention_mask)
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *types: torch.Tensor) -> Any:
+            out = self.bert(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=types[0] if types else None
+            )
             return out.last_hidden_state, out.pooler_output
 
     ids = torch.randint(0, VOCAB, (2, 7))
     axes = {0: "batch", 1: "sequence"}
+    names = ["input_ids", "attention_mask", *(["token_type_ids"] if token_types else [])]
     path.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notices
         torch.onnx.export(
             Encoder(),
-            (ids, torch.ones_like(ids)),
+            (ids, torch.ones_like(ids), *([torch.zeros_like(ids)] if token_types else [])),
             str(path),
-            input_names=["input_ids", "attention_mask"],
+            input_names=names,
             output_names=["last_hidden_state", "pooler_output"],
             dynamic_axes={
-                "input_ids": axes,
-                "attention_mask": axes,
+                **{name: axes for name in names},
                 "last_hidden_state": axes,
                 "pooler_output": {0: "batch"},
             },

@@ -330,3 +330,38 @@ def decoder_step(path: Path) -> Path:
         ],
     )
     return save(graph, path)
+
+
+def embedding_lookup(path: Path) -> Path:
+    """ids int64[b,n] through Cast and Unsqueeze into a Gather of a [50, 4] table, and kind int32[b,1] into a
+    [3, 4] one: out[b,n,4] = table[ids] + kinds[kind]; mask int64[b,n] multiplies in (no table)."""
+    v = helper.make_tensor_value_info
+    table = helper.make_tensor("table", TensorProto.FLOAT, [50, 4], [i / 200 for i in range(200)])
+    kinds = helper.make_tensor("kinds", TensorProto.FLOAT, [3, 4], [float(i) for i in range(12)])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["ids"], ["ids32"], to=TensorProto.INT32),
+            helper.make_node("Gather", ["table", "ids32"], ["rows"], name="word_lookup"),
+            helper.make_node("Squeeze", ["kind", "squeeze_axes"], ["kind_flat"]),
+            helper.make_node("Gather", ["kinds", "kind_flat"], ["kind_rows"]),
+            helper.make_node("Unsqueeze", ["kind_rows", "squeeze_axes"], ["kind_rows_3d"]),
+            helper.make_node("Add", ["rows", "kind_rows_3d"], ["summed"]),
+            helper.make_node("Cast", ["mask"], ["mask_float"], to=TensorProto.FLOAT),
+            helper.make_node("Unsqueeze", ["mask_float", "last_axis"], ["mask_3d"]),
+            helper.make_node("Mul", ["summed", "mask_3d"], ["out"]),
+        ],
+        "embedding_lookup",
+        [
+            v("ids", TensorProto.INT64, ["batch", "n"]),
+            v("kind", TensorProto.INT32, ["batch", 1]),
+            v("mask", TensorProto.INT64, ["batch", "n"]),
+        ],
+        [v("out", TensorProto.FLOAT, ["batch", "n", 4])],
+        initializer=[
+            table,
+            kinds,
+            helper.make_tensor("squeeze_axes", TensorProto.INT64, [1], [1]),
+            helper.make_tensor("last_axis", TensorProto.INT64, [1], [2]),
+        ],
+    )
+    return save(graph, path)

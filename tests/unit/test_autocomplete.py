@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from tests.support import graphs
+from tests.support.python_backend import python_backend_utils
 from triton_ort import ConfigError
 from triton_ort.autocomplete import (
     DEFAULT_MAX_BATCH_SIZE,
@@ -463,20 +464,6 @@ def test_implicit_state_is_refused_saying_why(tmp_path: Path) -> None:
         ConfigError, match=r"sequence_batching.state \(implicit state, inputs \['x'\]\) is not"
     ):
         check_config(ServedConfig.parse(merged), *read_onnx_signature(tmp_path / "model.onnx"))
-
-
-def python_backend_utils() -> Any:
-    """The real triton_python_backend_utils.py of the installed tritonserver (it imports only numpy)."""
-    import importlib.util
-
-    import pytriton
-
-    path = Path(pytriton.__file__).parent / "tritonserver/backends/python/triton_python_backend_utils.py"
-    spec = importlib.util.spec_from_file_location("pb_utils_for_test", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_reshape_reaches_what_the_stub_sends_back_through_the_real_model_config(tmp_path: Path) -> None:

@@ -236,7 +236,7 @@ PAIR = FakeClient(
 
 def inputs(client: FakeClient, tmp_path: Path, *args: str) -> dict[str, Any]:
     parsed = build_parser("triton-ort").parse_args(["infer", "pair", *args])
-    return _load_inputs(parsed, ModelSignature.from_config(client.config), client.metadata)
+    return _load_inputs(parsed, ModelSignature.from_config(client.config), client.metadata, client.config)
 
 
 def test_shape_chooses_the_open_axes_of_generated_inputs(tmp_path: Path) -> None:
@@ -246,7 +246,7 @@ def test_shape_chooses_the_open_axes_of_generated_inputs(tmp_path: Path) -> None
 
 def test_an_input_left_out_beside_given_ones_is_named_when_its_axes_are_open(tmp_path: Path) -> None:
     np.save(tmp_path / "x.npy", np.zeros((2, 16), np.float32))
-    with pytest.raises(RequestError, match=r"input 'y' is not given.*--input y=FILE\.npy.*--shape y="):
+    with pytest.raises(RequestError, match=r"input 'y' is not given.*--shape y:16 .*--input y=FILE\.npy"):
         inputs(PAIR, tmp_path, "--input", f"x={tmp_path / 'x.npy'}")
     with pytest.raises(RequestError, match=r"input 'y' is not given"):
         inputs(PAIR, tmp_path, "--shape", "x=2,16")
@@ -271,7 +271,11 @@ def test_inputs_come_by_name_from_one_npz_and_input_files_add_to_it(tmp_path: Pa
         ("x.npy", [], r"one array \(\.npy\); expected an \.npz of inputs by name"),
         ("missing.npz", [], r"cannot read it as an \.npz"),
         ("inputs.npz", ["--input", "x=X"], r"'x' is in --inputs .* too; give it once"),
-        ("inputs.npz", ["--batch", "2"], r"--batch 2 with --inputs"),
+        (
+            "inputs.npz",
+            ["--batch", "3"],
+            r"--batch 3: the batch is the files' first axis, 2; leave --batch out",
+        ),
         ("other.npz", [], r"input 'z': model 'pair' has no such input; expected one of x, y"),
     ],
 )
@@ -324,7 +328,7 @@ def test_an_optional_input_is_left_out_unless_given(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("item", "words"),
-    [("x=2,sixteen", "expected NAME=D1,D2"), ("z=2,16", "has no such input"), ("x=-1,16", "expected NAME")],
+    [("x=2,sixteen", "expected NAME:D1,D2"), ("z=2,16", "has no such input"), ("x=-1,16", "expected NAME")],
 )
 def test_a_shape_that_cannot_be_is_refused(tmp_path: Path, item: str, words: str) -> None:
     with pytest.raises(RequestError, match=words):

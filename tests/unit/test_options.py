@@ -32,7 +32,11 @@ def test_values_are_parsed_and_backend_keys_ignored() -> None:
 @pytest.mark.parametrize(
     ("parameters", "message"),
     [
-        ({"onnx_fil": "x.onnx"}, "unknown parameter 'onnx_fil'; known parameters: allow_cpu_fallback"),
+        ({"onnx_fil": "x.onnx"}, "unknown parameter 'onnx_fil'; did you mean 'onnx_file'?"),
+        ({"warmpu": "1"}, "unknown parameter 'warmpu'; did you mean 'warmup'?"),
+        ({"FORCE_CPU_ONLY_INPUT_TENSOR": "no"}, "did you mean 'FORCE_CPU_ONLY_INPUT_TENSORS'?"),
+        ({"speed": "fast"}, "unknown parameter 'speed'; known parameters: EXECUTION_ENV_PATH"),
+        ({"input_ranges": "ids=5:1"}, "parameter 'input_ranges': 'ids=5:1' is not NAME=LO:HI"),
         ({"allow_cpu_fallback": "maybe"}, "parameter 'allow_cpu_fallback': 'maybe' is not a boolean"),
         ({"gpu_mem_limit": "2GB"}, "parameter 'gpu_mem_limit': '2GB' is not a whole number"),
         ({"intra_op_num_threads": "-1"}, "parameter 'intra_op_num_threads': -1 is negative"),

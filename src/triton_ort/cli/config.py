@@ -33,6 +33,7 @@ from triton_ort.backend import BACKEND_NAME
 from triton_ort.errors import TritonOrtError
 from triton_ort.harness.checks import PYTHON_BACKENDS, check_model, runs_triton_ort, versions_to_load
 from triton_ort.harness.repository import read_config
+from triton_ort.input_ranges import PARAMETER as INPUT_RANGES
 from triton_ort.load_checks import (
     BF16_FIRST_RELEASE,
     BF16_FIRST_RELEASE_TEXT,
@@ -144,6 +145,8 @@ def completed_config(
         _merge(config.output, completed.outputs)
         if completed.dynamic_batching:
             config.dynamic_batching.SetInParent()
+        if completed.input_ranges is not None:
+            config.parameters[INPUT_RANGES].string_value = completed.input_ranges
     if problem := _incomplete_entry(config, completed=not_completed is None):
         raise ConfigCommandError(f"model '{name}': {problem}")
     served = ServedConfig.parse(_as_dict(config))

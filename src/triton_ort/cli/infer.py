@@ -4,7 +4,7 @@ triton-ort health
 triton-ort metadata demo --protocol grpc --url 127.0.0.1:8001
 triton-ort served-config demo
 triton-ort infer demo --batch 8                      # random inputs from the model's metadata
-triton-ort infer bert --shape input_ids=1,16 --shape attention_mask=1,16   # random, of these shapes
+triton-ort infer bert --batch 4 --shape input_ids:16 --shape attention_mask:16   # dims without the batch
 triton-ort infer demo --input np_script_embeddings=x.npy --expect expected.npz
 triton-ort infer my_model --inputs inputs.npz --expect expected.npz   # every input from one .npz, by name
 triton-ort infer demo --cuda-shm                     # inputs and outputs in GPU memory
@@ -27,7 +27,17 @@ from numpy.typing import NDArray
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
 from triton_ort.cli.request_checks import ModelSignature, RequestError
-from triton_ort.harness.reference import compare, random_array, random_inputs
+from triton_ort.cli.request_data import (
+    INPUT_DATA_MODES,
+    add_request_data_options,
+    check_range_names,
+    generated,
+    parse_ranges_option,
+    parse_shape,
+    read_json_input_data,
+    shape_of,
+)
+from triton_ort.harness.reference import compare
 from triton_ort.harness.transport import (
     TensorMeta,
     infer,
@@ -36,6 +46,7 @@ from triton_ort.harness.transport import (
     model_metadata,
     tensor_metas,
 )
+from triton_ort.input_ranges import describe, value_ranges
 
 DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 
@@ -68,66 +79,100 @@ def _read_npz(path: Path) -> dict[str, NDArray[Any]]:
         return dict(archive)
 
 
-def _shape_item(item: str, signature: ModelSignature) -> tuple[str, tuple[int, ...]]:
-    """--shape NAME=D1,D2,...: the whole shape of a generated input, batch axis first when it batches."""
-    name, _, text = item.partition("=")
-    names = ", ".join(spec.name for spec in signature.inputs)
-    try:
-        shape = tuple(int(d) for d in text.split(","))
-    except ValueError:
-        shape = ()
-    if not name or not shape or any(d < 0 for d in shape):
-        raise RequestError(f"--shape {item!r}: expected NAME=D1,D2,... (e.g. {names.split(',')[0]}=1,16)")
-    return name, shape
-
-
 def _open_inner_axes(meta: TensorMeta, batched: bool) -> bool:
     return any(d < 0 for d in meta.shape[1 if batched else 0 :])
 
 
-def _load_inputs(
-    args: argparse.Namespace, signature: ModelSignature, metadata: dict[str, Any]
-) -> dict[str, NDArray[Any]]:
-    """The --inputs archive, the --input files and the --shape inputs, checked against the model's config;
-    every other input random, of their batch, except optional ones (`optional: true`, an overridable
-    initializer): left out, so the model uses its default, and random data cannot break a one-value input.
-
-    With --inputs, --input or --shape the batch is their first axis, so --batch is refused beside them
-    rather than silently ignored; and an input left out whose axes are open is an error that names it, not
-    random data of a guessed length that the server then refuses for an axis."""
-    if (args.inputs or args.input or args.shape) and args.batch is not None:
-        raise RequestError(
-            f"--batch {args.batch} with --inputs, --input or --shape: the batch is their first axis; "
-            "leave --batch out"
-        )
-    metas = {meta.name: meta for meta in tensor_metas(metadata, "inputs")}
-    required = {name: meta for name, meta in metas.items() if name not in signature.optional_inputs}
+def _files(args: argparse.Namespace, signature: ModelSignature, datatypes: dict[str, str]) -> dict[str, Any]:
+    """The inputs given as files: --inputs FILE.npz, --input-data FILE (.npz, or perf_analyzer's JSON: its
+    first request's data), --input NAME=FILE.npy."""
     given = _read_npz(args.inputs) if args.inputs else {}
+    data = args.input_data
+    if data not in INPUT_DATA_MODES:
+        path = Path(data)
+        more = read_json_input_data(path, datatypes)[0] if path.suffix == ".json" else _read_npz(path)
+        for name in more:
+            if name in given:
+                raise RequestError(
+                    f"--input-data {data}: {name!r} is in --inputs {args.inputs} too; give it once"
+                )
+        given.update(more)
     for name, array in (_read_npy(item, signature) for item in args.input):
         if name in given:
-            raise RequestError(f"--input {name}=...: {name!r} is in --inputs {args.inputs} too; give it once")
+            source = f"--inputs {args.inputs}" if args.inputs else f"--input-data {args.input_data}"
+            raise RequestError(f"--input {name}=...: {name!r} is in {source} too; give it once")
         given[name] = array
-    rng = np.random.default_rng(args.seed)
-    for name, shape in (_shape_item(item, signature) for item in args.shape):
-        if name not in metas:
-            signature.check_inputs({name: np.zeros(shape)})  # raises: names the inputs there are
-        given.setdefault(name, random_array(TensorMeta(name, metas[name].datatype, shape), shape[0], rng))
+    return given
+
+
+def _load_inputs(
+    args: argparse.Namespace, signature: ModelSignature, metadata: dict[str, Any], config: dict[str, Any]
+) -> dict[str, NDArray[Any]]:
+    """The files' inputs and the --shape inputs, checked against the model's config; every other input
+    made up (--input-data random, the default, or zero) of their batch, except optional ones (`optional:
+    true`, an overridable initializer): left out, so the model uses its default. Integers take values in
+    their range (request_data: --range, the served config's input_ranges, else 0 or 1).
+
+    --shape gives an input's dims without the batch axis (the batch is --batch), or its whole shape, batch
+    first; --batch beside a batch that files or a whole shape set must agree. An input left out whose axes
+    are open, beside given ones, is an error that names it, not data of a guessed length that the server
+    then refuses for an axis."""
+    metas = {meta.name: meta for meta in tensor_metas(metadata, "inputs")}
+    required = {name: meta for name, meta in metas.items() if name not in signature.optional_inputs}
+    datatypes = {name: meta.datatype for name, meta in metas.items()}
+    overrides = parse_ranges_option(args.range)
+    check_range_names(overrides, list(metas))
+    ranges = value_ranges(datatypes.items(), config, overrides)
+    if args.verbose:
+        for line in describe(ranges):
+            print(line, file=sys.stderr)
+    mode = args.input_data if args.input_data in INPUT_DATA_MODES else "random"
     batched = signature.max_batch_size > 0
-    if given:
-        batch = signature.check_inputs(given)
-        missing = [m for m in required.values() if m.name not in given and _open_inner_axes(m, batched)]
+    given = _files(args, signature, datatypes)
+    batch = signature.check_inputs(given) if given else None
+    where = "the files' first axis"
+    shapes: dict[str, tuple[int, ...]] = {}
+    for item in args.shape:
+        name, dims = parse_shape(item)
+        if name not in metas:
+            signature.check_inputs({name: np.zeros(dims)})  # raises: names the inputs there are
+        if name in given:
+            raise RequestError(f"--shape {item}: {name!r} is given as a file too; give it once")
+        own = metas[name].shape[1:] if batched else metas[name].shape
+        shapes[name], whole_batch = shape_of(item, dims, own, batched)
+        if whole_batch is not None:
+            if batch is not None and batch != whole_batch:
+                raise RequestError(f"--shape {item}: its batch {whole_batch} is not {where}, {batch}")
+            batch, where = whole_batch, f"--shape {item}'s first axis"
+    if args.batch is not None and batch is not None and args.batch != batch:
+        raise RequestError(f"--batch {args.batch}: the batch is {where}, {batch}; leave --batch out")
+    batch = batch or args.batch or 1
+    signature.check_batch(batch)  # before building the arrays: a refused batch costs nothing
+    if given or shapes:
+        missing = [
+            m
+            for m in required.values()
+            if m.name not in given and m.name not in shapes and _open_inner_axes(m, batched)
+        ]
         if missing:
             meta = missing[0]
+            own = meta.shape[1:] if batched else meta.shape
+            example = ",".join(str(d) if d >= 0 else "16" for d in own)
             raise RequestError(
                 f"input {meta.name!r} is not given and its shape {list(meta.shape)} has open axes: "
-                f"--input {meta.name}=FILE.npy (or in --inputs), or --shape {meta.name}=D1,D2,... for "
-                "random data"
+                f"--shape {meta.name}:{example} (its dims without the batch axis), or its data as a file "
+                f"(--input {meta.name}=FILE.npy, --inputs, --input-data)"
             )
-    else:
-        batch = 1 if args.batch is None else args.batch
-        signature.check_batch(batch)  # before building the arrays: a refused batch costs nothing
-    generated = random_inputs([m for m in required.values() if m.name not in given], batch, seed=args.seed)
-    return {**generated, **given}
+    rng = np.random.default_rng(args.seed)
+    made = {}
+    for name, meta in required.items():
+        if name in given:
+            continue
+        own = shapes.get(name) or tuple(
+            1 if d < 0 else d for d in (meta.shape[1:] if batched else meta.shape)
+        )
+        made[name] = generated(meta.datatype, (batch, *own) if batched else own, rng, mode, ranges.get(name))
+    return {**made, **given}
 
 
 def _output_layout(metadata: dict[str, Any], batch: int) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
@@ -188,8 +233,9 @@ def summary(name: str, array: NDArray[Any], full: bool) -> str:
 def run_infer(client: Any, args: argparse.Namespace) -> int:
     expected = _read_expected(args.expect) if args.expect else None  # before anything is sent
     metadata = model_metadata(client, args.model)
-    signature = ModelSignature.from_config(model_config(client, args.model))
-    inputs = _load_inputs(args, signature, metadata)
+    config = model_config(client, args.model)
+    signature = ModelSignature.from_config(config)
+    inputs = _load_inputs(args, signature, metadata, config)
     if args.cuda_shm:
         outputs, latency = _cuda_shm_infer(client, args, inputs, metadata)
     else:
@@ -291,7 +337,7 @@ def build_parser(prog: str) -> OneLineParser:
     infer_parser.add_argument(
         "--batch",
         type=positive_int,
-        help="rows of random input (default 1); with --inputs, --input or --shape their first axis",
+        help="rows per input (default 1; files, or a --shape with the batch axis, set it themselves)",
     )
     infer_parser.add_argument(
         "--seed", type=int, default=0, help="seed of the random inputs (default 0: the same data each run)"
@@ -309,9 +355,11 @@ def build_parser(prog: str) -> OneLineParser:
         "--shape",
         action="append",
         default=[],
-        metavar="NAME=D1,D2,...",
-        help="random data of this whole shape (batch axis first) for an input not given as a file",
+        metavar="NAME:D1,D2,...",
+        help="an input's dims without the batch axis, for its open axes (as perf's and perf_analyzer's "
+        "--shape; NAME=... too, and the whole shape with the batch axis first sets the batch)",
     )
+    add_request_data_options(infer_parser)
     infer_parser.add_argument(
         "--expect",
         type=Path,

@@ -37,17 +37,26 @@ from numpy.typing import NDArray
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
 from triton_ort.cli.request_checks import ModelSignature, RequestError
-from triton_ort.harness.reference import random_array
+from triton_ort.cli.request_data import (
+    INPUT_DATA_MODES,
+    add_request_data_options,
+    check_range_names,
+    generated,
+    parse_ranges_option,
+    parse_shape,
+    read_json_input_data,
+    shape_of,
+)
 from triton_ort.harness.transport import (
     PROTOCOLS,
     STAGES,
     ModelStatistics,
-    TensorMeta,
     make_client,
     model_config,
     model_metadata,
     tensor_metas,
 )
+from triton_ort.input_ranges import ValueRange, describe, value_ranges
 
 DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 STABLE_WINDOWS = 3
@@ -148,21 +157,6 @@ def seen_outputs(result: Any, in_shared_memory: bool = False) -> dict[str, SeenO
     }
 
 
-def parse_shape(item: str) -> tuple[str, tuple[int, ...]]:
-    """--shape NAME:D1,D2,...: an input's dims without the batch axis, as perf_analyzer's --shape."""
-    name, colon, text = item.rpartition(":")
-    try:
-        dims = tuple(int(d) for d in text.split(","))
-    except ValueError:
-        dims = ()
-    if not colon or not name or not dims or any(d < 1 for d in dims):
-        raise RequestError(
-            f"--shape {item!r}: expected NAME:D1,D2,... with the input's dims without the batch axis "
-            "(e.g. input_ids:128)"
-        )
-    return name, dims
-
-
 def _strings(shape: tuple[int, ...], rng: np.random.Generator, text: str | None) -> NDArray[Any]:
     """A BYTES input: --string-data everywhere, or random lowercase words of 8 letters."""
     count = int(np.prod(shape))
@@ -200,32 +194,53 @@ def build_inputs(
     npz: Path | None = None,
     string_data: str | None = None,
     seed: int = 0,
+    input_data: str = "random",
+    ranges: Mapping[str, ValueRange] | None = None,
 ) -> tuple[dict[str, NDArray[Any]], int]:
-    """One request's inputs and its batch: --inputs arrays as given, --shape inputs and every other
-    required input random (optional ones left out), all checked against the model's config."""
+    """One request's inputs and its batch: --inputs (or --input-data FILE) arrays as given, --shape inputs
+    and every other required input made up (random or zero; integers within `ranges`, request_data),
+    optional ones left out, all checked against the model's config."""
     metas = {meta.name: meta for meta in tensor_metas(metadata, "inputs")}
     names = ", ".join(metas)
     batched = signature.max_batch_size > 0
     given = _read_npz(npz) if npz else {}
+    source = f"--inputs {npz}"
+    if input_data not in INPUT_DATA_MODES:
+        path = Path(input_data)
+        datatypes = {name: meta.datatype for name, meta in metas.items()}
+        more = read_json_input_data(path, datatypes)[0] if path.suffix == ".json" else _read_npz(path)
+        if set(more) & set(given):
+            raise RequestError(
+                f"--input-data {input_data} and --inputs {npz} both give {sorted(set(more) & set(given))}"
+            )
+        given.update(more)
+        source = f"--input-data {input_data}"
     if given:
         rows = signature.check_inputs(given)  # names, dtypes, shapes; the batch is their first axis
         if batch is not None and batch != rows:
             raise RequestError(
-                f"-b {batch} with --inputs {npz}: its arrays' batch (first axis) is {rows}; leave -b out"
+                f"-b {batch} with {source}: its arrays' batch (first axis) is {rows}; leave -b out"
             )
         batch = rows
-    batch = 1 if batch is None else batch
-    signature.check_batch(batch, "-b {}")
     dims: dict[str, tuple[int, ...]] = {}
-    for name, shape in map(parse_shape, shapes):
+    for item in shapes:
+        name, shape = parse_shape(item)
         if name not in metas:
             raise RequestError(
                 f"--shape {name}:...: model {signature.model!r} has no input {name!r}; one of {names}"
             )
         if name in given:
-            raise RequestError(f"--shape {name}:...: {name!r} is in --inputs {npz} too; give it once")
-        dims[name] = shape
+            raise RequestError(f"--shape {name}:...: {name!r} is in {source} too; give it once")
+        own = metas[name].shape[1:] if batched else metas[name].shape
+        dims[name], whole_batch = shape_of(item, shape, own, batched)
+        if whole_batch is not None:
+            if batch is not None and batch != whole_batch:
+                raise RequestError(f"--shape {item}: its batch {whole_batch} is not the batch, {batch}")
+            batch = whole_batch
+    batch = 1 if batch is None else batch
+    signature.check_batch(batch, "-b {}")
     rng = np.random.default_rng(seed)
+    mode = input_data if input_data in INPUT_DATA_MODES else "random"
     inputs: dict[str, NDArray[Any]] = {}
     for name, meta in metas.items():
         if name in given:
@@ -234,12 +249,6 @@ def build_inputs(
         own = meta.shape[1:] if batched else meta.shape
         if name in dims:
             shape = dims[name]
-            fits = len(shape) == len(own) and all(d < 0 or d == s for d, s in zip(own, shape, strict=True))
-            if not fits:
-                raise RequestError(
-                    f"--shape {name}:{','.join(map(str, shape))}: expected {len(own)} dims like "
-                    f"{_shape_text(own)} ({name}'s dims without the batch axis)"
-                )
         elif name in signature.optional_inputs:
             continue  # the model's own default applies
         elif any(d < 0 for d in own):
@@ -254,7 +263,7 @@ def build_inputs(
         if meta.datatype == "BYTES":
             inputs[name] = _strings(full, rng, string_data)
         else:
-            inputs[name] = random_array(TensorMeta(name, meta.datatype, full), batch, rng)
+            inputs[name] = generated(meta.datatype, full, rng, mode, (ranges or {}).get(name))
     signature.check_inputs(inputs)
     return inputs, batch
 
@@ -679,7 +688,11 @@ def write_reports(args: argparse.Namespace, report: dict[str, Any], points: Sequ
     if args.plot:
         from triton_ort.cli.perf_plot import svg_plot
 
-        args.plot.write_text(svg_plot(points, f"{args.model}: latency against throughput"))
+        title = (
+            f"{args.model}: latency against throughput (batch {report['batch']}, {args.protocol}, "
+            f"{report['transport']})"
+        )
+        args.plot.write_text(svg_plot(points, title))
 
 
 # --- the command ----------------------------------------------------------------------------------------
@@ -758,8 +771,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME:D1,D2,...",
-        help="an input's dims without the batch axis, for its open axes (as perf_analyzer's --shape)",
+        help="an input's dims without the batch axis, for its open axes (as perf_analyzer's --shape; "
+        "NAME=... too, and the whole shape with the batch axis first sets -b)",
     )
+    add_request_data_options(parser)
     parser.add_argument(
         "--inputs", type=Path, metavar="FILE.npz", help="real inputs by name, batch axis first"
     )
@@ -823,9 +838,25 @@ async def _measure(
 def run(args: argparse.Namespace) -> int:
     client = make_client(args.protocol, args.url)
     metadata = model_metadata(client, args.model)
-    signature = ModelSignature.from_config(model_config(client, args.model))
+    config = model_config(client, args.model)
+    signature = ModelSignature.from_config(config)
+    datatypes = {meta.name: meta.datatype for meta in tensor_metas(metadata, "inputs")}
+    overrides = parse_ranges_option(args.range)
+    check_range_names(overrides, list(datatypes))
+    ranges = value_ranges(datatypes.items(), config, overrides)
+    if args.verbose:
+        for line in describe(ranges):
+            note(line)
     inputs, batch = build_inputs(
-        signature, metadata, args.batch_size, args.shape, args.inputs, args.string_data, args.seed
+        signature,
+        metadata,
+        args.batch_size,
+        args.shape,
+        args.inputs,
+        args.string_data,
+        args.seed,
+        input_data=args.input_data,
+        ranges=ranges,
     )
     batched = signature.max_batch_size > 0
     targets = [Target(args.model, expected_outputs(metadata, batch, batched))]

@@ -12,6 +12,8 @@ import numpy as np
 from numpy.typing import NDArray
 from tritonclient.utils import triton_to_np_dtype
 
+from triton_ort.input_ranges import ValueRange
+
 
 @functools.lru_cache(maxsize=16)
 def _session(onnx_path: Path) -> Any:
@@ -34,15 +36,19 @@ class _Tensor(Protocol):
     def shape(self) -> tuple[int, ...]: ...
 
 
-def random_array(meta: _Tensor, rows: int, rng: np.random.Generator) -> NDArray[Any]:
-    """An array of a model input's type and shape; variable axes take `rows` (the first) or 1."""
+def random_array(
+    meta: _Tensor, rows: int, rng: np.random.Generator, value_range: ValueRange | None = None
+) -> NDArray[Any]:
+    """An array of a model input's type and shape; variable axes take `rows` (the first) or 1; integers
+    within `value_range` (both ends) where given, else 0 to 99."""
     shape = [rows if (d < 0 and axis == 0) else (1 if d < 0 else d) for axis, d in enumerate(meta.shape)]
     dtype = np.dtype(triton_to_np_dtype(meta.datatype))
     if dtype.kind == "f":
         return rng.standard_normal(shape).astype(dtype)
     if dtype.kind == "b":
         return rng.integers(0, 2, shape).astype(bool)
-    return rng.integers(0, 100, shape).astype(dtype)
+    low, high = (value_range.low, value_range.high) if value_range is not None else (0, 99)
+    return rng.integers(low, high, shape, endpoint=True).astype(dtype)
 
 
 def random_inputs(metas: Sequence[Any], batch: int, seed: int = 0) -> dict[str, NDArray[Any]]:
