@@ -209,10 +209,11 @@ def test_inputs_from_an_npz_set_the_batch(tmp_path: Path) -> None:
     ("batch", "shapes", "words"),
     [
         (1, [], r"input 'ids' has open axes \[any\] .*--shape ids:16 .*--inputs FILE.npz"),
-        (1, ["ids:4,4"], r"--shape ids:4,4: expected 1 dims like \[any\]"),
-        (1, ["ids:4", "mask:15"], r"--shape mask:15: expected 1 dims like \[16\]"),
+        (1, ["ids:4,4,4"], r"--shape ids:4,4,4: expected 1 dims \(or 2 with the batch axis first\)"),
+        (1, ["ids:4,4"], r"--shape ids:4,4: its batch 4 is not the batch, 1"),
+        (1, ["ids:4", "mask:15"], r"--shape mask:15: the input's dims are \[16\]"),
         (1, ["ids:4", "masks:16"], "model 'bert' has no input 'masks'; one of ids, mask, text, scale"),
-        (1, ["ids=4"], "--shape 'ids=4': expected NAME:D1,D2,..."),
+        (1, ["ids"], "--shape 'ids': expected NAME:D1,D2,..."),
         (1, ["ids:0"], "--shape 'ids:0': expected NAME:D1,D2,..."),
         (9, ["ids:4"], "-b 9: expected 1 to 8"),
     ],
@@ -318,7 +319,17 @@ def test_ratios_csv_and_plot() -> None:
 def test_plot_ticks_are_round_and_cover_the_data() -> None:
     assert nice_ticks(9.3) == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
     assert nice_ticks(1234.0)[-1] >= 1234.0
-    assert nice_ticks(0.0) == [0.0, 1.0]
+    assert nice_ticks(0.0) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+
+
+def test_the_plots_axes_start_where_the_data_does() -> None:
+    """Points at 5,000-5,400 infer/s and 3-4 ms: an axis from 0 would put them all at its right edge."""
+    assert nice_ticks(5400.0, bottom=5000.0) == [5000.0, 5100.0, 5200.0, 5300.0, 5400.0]
+    points = [point("m", 1, 5000.0, 3.0), point("m", 16, 5400.0, 4.0)]
+    root = ElementTree.fromstring(svg_plot(points, "m"))
+    dots = [float(c.get("cx", 0)) for c in root.iter("{http://www.w3.org/2000/svg}circle")]
+    left, right = 80, 720 - 160  # the plot area (perf_plot.LEFT, WIDTH - RIGHT)
+    assert min(dots) < left + 0.2 * (right - left) and max(dots) > right - 0.2 * (right - left), dots
 
 
 def test_a_model_without_a_batch_axis_takes_its_whole_shape() -> None:

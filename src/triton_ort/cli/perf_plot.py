@@ -14,14 +14,16 @@ LEFT, RIGHT, TOP, BOTTOM = 80, 160, 40, 60
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
 
 
-def nice_ticks(top: float, count: int = 5) -> list[float]:
-    """Round tick values from 0 to at least `top` (about `count` of them)."""
-    if top <= 0:
-        return [0.0, 1.0]
-    raw = top / count
+def nice_ticks(top: float, count: int = 5, bottom: float = 0.0) -> list[float]:
+    """Round tick values from at most `bottom` to at least `top` (about `count` of them): an axis that
+    starts where the data does, not at 0, so that points close together are told apart."""
+    if top <= bottom:
+        bottom, top = (0.0, 1.0) if top <= 0 else (top * 0.9, top * 1.1)
+    raw = (top - bottom) / count
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
-    return [i * step for i in range(math.ceil(top / step - 1e-9) + 1)]
+    first = math.floor(bottom / step + 1e-9)
+    return [round(i * step, 12) for i in range(first, math.ceil(top / step - 1e-9) + 1)]
 
 
 def _label(value: float) -> str:
@@ -30,15 +32,17 @@ def _label(value: float) -> str:
 
 def svg_plot(points: Sequence[Any], title: str) -> str:
     """Points with model, concurrency, infer_per_s, p50_us and p99_us (triton_ort.cli.perf.Point)."""
-    xs = nice_ticks(max((p.infer_per_s for p in points), default=1.0))
-    ys = nice_ticks(max((p.p99_us / 1e3 for p in points), default=1.0))
+    rates = [p.infer_per_s for p in points] or [1.0]
+    latencies = [p.p50_us / 1e3 for p in points] + [p.p99_us / 1e3 for p in points] or [1.0]
+    xs = nice_ticks(max(rates), bottom=min(rates))
+    ys = nice_ticks(max(latencies), bottom=min(latencies))
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
     def x(value: float) -> float:
-        return LEFT + plot_w * value / xs[-1]
+        return LEFT + plot_w * (value - xs[0]) / (xs[-1] - xs[0])
 
     def y(value: float) -> float:
-        return TOP + plot_h * (1 - value / ys[-1])
+        return TOP + plot_h * (1 - (value - ys[0]) / (ys[-1] - ys[0]))
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
