@@ -96,6 +96,28 @@ def test_open_axes_sized_by_shape_over_grpc_with_json_csv_and_plot(
     assert lines[2].split()[:2] == ["open_axes", "1"] and lines[3].split()[:2] == ["open_axes", "4"]
 
 
+def test_a_percentile_judges_the_run_and_a_latency_threshold_ends_the_sweep(
+    server: LocalTritonServer, tmp_path: Path
+) -> None:
+    """--percentile 95 is reported and judged by; a threshold below any latency stops after the first point;
+    the server's metrics endpoint (--metrics-url) gives GPU figures where the server has a GPU."""
+    out = tmp_path / "perf.json"
+    done = perf(
+        server,
+        "open_axes",
+        *("--shape", "x:5", "--shape", "y:5", "--concurrency", "1", "2", "4"),
+        *("--percentile", "95", "--latency-threshold", "0.001", "--json", str(out)),
+        *("--metrics-url", f"127.0.0.1:{server.metrics_port}"),
+    )
+    assert done.returncode == 0, done.stderr
+    points = json.loads(out.read_text())["points"]
+    assert [p["concurrency"] for p in points] == [1], "the sweep went on past the threshold"
+    assert "above --latency-threshold 0.001 ms; the sweep ends here" in done.stderr
+    assert points[0]["percentile"] == 95 and points[0]["latency_us"] >= points[0]["p50_us"]
+    assert "p95 ms" in done.stdout.splitlines()[0]
+    assert (points[0]["gpu_utilization"] is not None) == gpu_present(), points[0]
+
+
 def test_an_open_axis_without_shape_is_one_line_naming_the_input_and_the_flag(
     server: LocalTritonServer,
 ) -> None:
@@ -105,8 +127,11 @@ def test_an_open_axis_without_shape_is_one_line_naming_the_input_and_the_flag(
     assert len(lines) == 1 and "'y'" in lines[0] and "--shape y:" in lines[0] and "--inputs" in lines[0], (
         lines
     )
-    wrong = perf(server, "open_axes", "--shape", "x:5,5", "--shape", "y:5")
-    assert wrong.returncode == 2 and "--shape x:5,5: expected 1 dims like [any]" in wrong.stderr
+    wrong = perf(server, "open_axes", "--shape", "x:5,5,5", "--shape", "y:5")
+    expected = "--shape x:5,5,5: expected 1 dims (or 2 with the batch axis first), like [any]"
+    assert wrong.returncode == 2 and expected in wrong.stderr, wrong.stderr
+    whole = perf(server, "open_axes", "--shape", "x=3,5", "--shape", "y:5")  # whole shape: batch 3
+    assert whole.returncode == 0 and whole.stdout.splitlines()[2].split()[:3] == ["open_axes", "1", "3"]
 
 
 def test_strings_in_and_out_over_http(server: LocalTritonServer, tmp_path: Path) -> None:

@@ -350,3 +350,30 @@ def test_a_model_without_a_batch_axis_takes_its_whole_shape() -> None:
         perf.build_inputs(signature, metadata, None)
     with pytest.raises(RequestError, match="takes no batch axis"):
         perf.build_inputs(signature, metadata, 4, ["x:3,2010"])
+
+
+def test_gpu_figures_come_from_tritons_metrics_text() -> None:
+    text = """# HELP nv_gpu_utilization GPU utilization rate [0.0 - 1.0)
+# TYPE nv_gpu_utilization gauge
+nv_gpu_utilization{gpu_uuid="GPU-a"} 0.5
+nv_gpu_utilization{gpu_uuid="GPU-b"} 0.25
+nv_gpu_memory_used_bytes{gpu_uuid="GPU-a"} 1048576
+nv_gpu_memory_used_bytes{gpu_uuid="GPU-b"} 2097152
+nv_inference_count{model="m",version="1"} 7
+"""
+    assert perf.gpu_reading(text) == perf.GpuReading(0.375, 3 * 1048576.0)
+    assert perf.gpu_reading('nv_inference_count{model="m"} 7\n') is None  # a CPU host
+
+
+def test_a_percentile_judges_stability_instead_of_the_mean() -> None:
+    """Windows whose means agree but whose tails do not: stable by the mean, not by p99."""
+    calm = tuple([0.001] * 99 + [0.002])
+    spiky = tuple([0.001] * 98 + [0.050, 0.050])
+    windows = [perf.Window(calm, 1.0), perf.Window(spiky, 1.0), perf.Window(calm, 1.0)]
+    assert perf.stable(windows, 100.0)  # the means: 1.01, 1.98 and 1.01 ms, within ±100 % of theirs
+    assert not perf.stable(windows, 100.0, percentile=99)  # p99: 1.01, 50 and 1.01 ms
+
+
+def test_the_metrics_endpoint_is_guessed_only_beside_tritons_default_ports() -> None:
+    assert perf.metrics_address("10.0.0.5:8001") == "10.0.0.5:8002"
+    assert perf.metrics_address("127.0.0.1:31000") is None

@@ -27,6 +27,7 @@ import csv
 import json
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -280,6 +281,7 @@ class Window:
     seconds: float
     client_cpu_s: float = 0.0
     statistics: ModelStatistics | None = None
+    gpu: GpuReading | None = None
 
     @property
     def requests_per_s(self) -> float:
@@ -289,16 +291,48 @@ class Window:
     def mean_latency(self) -> float:
         return sum(self.latencies) / len(self.latencies) if self.latencies else 0.0
 
+    def latency(self, percentile: float | None) -> float:
+        """The window's latency as the run judges it: the mean, or the given percentile (s)."""
+        if percentile is None or not self.latencies:
+            return self.mean_latency
+        return float(np.percentile(self.latencies, percentile))
 
-def stable(windows: Sequence[Window], percentage: float, count: int = STABLE_WINDOWS) -> bool:
+
+@dataclass(frozen=True)
+class GpuReading:
+    """The server's GPUs at a window's end, from Triton's metrics endpoint: utilisation (0-1, averaged
+    over the GPUs; Triton samples it every --metrics-interval-ms) and memory used (bytes, summed)."""
+
+    utilization: float
+    memory_used_bytes: float
+
+
+def gpu_reading(metrics_text: str) -> GpuReading | None:
+    """nv_gpu_utilization and nv_gpu_memory_used_bytes from a scrape; None where the server has no GPU
+    metrics (a CPU host, or --allow-gpu-metrics=false)."""
+    values: dict[str, list[float]] = {"nv_gpu_utilization": [], "nv_gpu_memory_used_bytes": []}
+    for line in metrics_text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in values:
+            with contextlib.suppress(ValueError, IndexError):
+                values[name].append(float(line.rsplit(" ", 1)[1]))
+    utilization, memory = values["nv_gpu_utilization"], values["nv_gpu_memory_used_bytes"]
+    if not utilization and not memory:
+        return None
+    return GpuReading(sum(utilization) / len(utilization) if utilization else 0.0, sum(memory))
+
+
+def stable(
+    windows: Sequence[Window], percentage: float, count: int = STABLE_WINDOWS, percentile: float | None = None
+) -> bool:
     """perf_analyzer's rule: the last `count` windows each within ±percentage % of their mean, both in
-    throughput and in mean latency; a window with no answer in it is never stable."""
+    throughput and in latency (the mean, or --percentile's); a window with no answer is never stable."""
     if len(windows) < count:
         return False
     last = windows[-count:]
     if any(not window.latencies for window in last):
         return False
-    for values in ([w.requests_per_s for w in last], [w.mean_latency for w in last]):
+    for values in ([w.requests_per_s for w in last], [w.latency(percentile) for w in last]):
         mean = sum(values) / count
         if any(abs(value - mean) > mean * percentage / 100 for value in values):
             return False
@@ -328,6 +362,15 @@ class Point:
     server_us: dict[str, float] = field(default_factory=dict)
     """Triton's stages (STAGES), mean µs per request over the same windows."""
     server_requests: int = 0
+    percentile: float | None = None
+    """--percentile: the latency the run judges stability, the threshold and rankings by (None: the mean)."""
+    latency_us: float = 0.0
+    """That latency over the windows: avg_us, or the percentile's."""
+    gpu_utilization: float | None = None
+    """The server's GPU utilisation over the windows (0-1, mean of the windows' readings); None: no GPU
+    metrics."""
+    gpu_memory_mib: float | None = None
+    """The most GPU memory in use at a window's end over the windows (MiB, all the server's GPUs)."""
 
 
 def summarize(
@@ -337,6 +380,7 @@ def summarize(
     windows: Sequence[Window],
     before: ModelStatistics | None,
     percentage: float,
+    percentile: float | None = None,
 ) -> Point:
     """A point from its windows; `before`: the statistics at the start of the first window."""
     used = list(windows[-STABLE_WINDOWS:])
@@ -349,6 +393,8 @@ def summarize(
     server = end.stage_us(start) if end and start else {}
     server_requests = end.requests - start.requests if end and start else 0
     rate = requests / seconds if seconds else 0.0
+    gpu = [window.gpu for window in used if window.gpu is not None]
+    average = float(latencies.mean()) if requests else 0.0
     return Point(
         model=model,
         concurrency=concurrency,
@@ -357,16 +403,20 @@ def summarize(
         seconds=seconds,
         requests_per_s=rate,
         infer_per_s=rate * batch,
-        avg_us=float(latencies.mean()) if requests else 0.0,
+        avg_us=average,
         p50_us=p50,
         p90_us=p90,
         p95_us=p95,
         p99_us=p99,
         windows=len(windows),
-        stable=stable(windows, percentage),
+        stable=stable(windows, percentage, percentile=percentile),
         client_cpu=sum(window.client_cpu_s for window in used) / seconds if seconds else 0.0,
         server_us=server,
         server_requests=server_requests,
+        percentile=percentile,
+        latency_us=float(np.percentile(latencies, percentile)) if percentile and requests else average,
+        gpu_utilization=sum(g.utilization for g in gpu) / len(gpu) if gpu else None,
+        gpu_memory_mib=max(g.memory_used_bytes for g in gpu) / (1 << 20) if gpu else None,
     )
 
 
@@ -423,7 +473,9 @@ class Load:
         slots: list[tuple[list[Any], list[Any]]],
         concurrency: int,
         outputs_in_shared_memory: bool = False,
+        metrics_url: str | None = None,
     ) -> None:
+        self.metrics_url = metrics_url
         self.protocol = protocol
         self.outputs_in_shared_memory = outputs_in_shared_memory
         self.url = url
@@ -452,6 +504,22 @@ class Load:
         else:
             reply = await self.client.get_inference_statistics(model)
         return ModelStatistics.from_reply(reply)
+
+    async def gpu(self) -> GpuReading | None:
+        """The server's GPUs now (Triton's metrics endpoint); None without one, or without GPU metrics."""
+        if self.metrics_url is None:
+            return None
+
+        def scrape() -> str:
+            with urllib.request.urlopen(f"http://{self.metrics_url}/metrics", timeout=5) as reply:
+                return str(reply.read().decode())
+
+        try:
+            return gpu_reading(await asyncio.to_thread(scrape))
+        except OSError as error:
+            note(f"metrics {self.metrics_url}: unreachable ({error}); no GPU figures (--metrics-url)")
+            self.metrics_url = None
+            return None
 
     async def ask(self, target: Target, slot: int) -> float:
         """One request on a slot's tensors; its latency (s). A refusal or a wrong answer raises PerfError."""
@@ -491,9 +559,11 @@ class Load:
                     task.result()  # a refused request or a wrong answer: raised here
                 now, cpu_now, count = time.perf_counter(), time.process_time(), len(latencies)
                 statistics = await self.statistics(target.name)
-                windows.append(Window(tuple(latencies[seen:count]), now - started, cpu_now - cpu, statistics))
+                gpu = await self.gpu()
+                window = Window(tuple(latencies[seen:count]), now - started, cpu_now - cpu, statistics, gpu)
+                windows.append(window)
                 seen, started, cpu = count, now, cpu_now
-                is_stable = stable(windows, args.stability_percentage)
+                is_stable = stable(windows, args.stability_percentage, percentile=args.percentile)
                 progress.window(len(windows), windows[-1], is_stable)
                 if is_stable:
                     break
@@ -504,7 +574,9 @@ class Load:
             for task in workers:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
-        point = summarize(target.name, concurrency, batch, windows, before, args.stability_percentage)
+        point = summarize(
+            target.name, concurrency, batch, windows, before, args.stability_percentage, args.percentile
+        )
         if not point.stable:
             note(
                 f"{target.name} c={concurrency}: not stable within {args.max_windows} windows "
@@ -610,6 +682,12 @@ def native_twin(client: Any, name: str) -> tuple[bool, bool, str]:
 
 def table(points: Sequence[Point]) -> str:
     header = ["model", "conc", "batch", "n", "infer/s", "p50 ms", "p90 ms", "p95 ms", "p99 ms"]
+    chosen = next((p.percentile for p in points if p.percentile is not None), None)
+    if chosen is not None:
+        header.append(f"p{chosen:g} ms")
+    gpu = any(p.gpu_utilization is not None for p in points)
+    if gpu:
+        header += ["gpu util %", "gpu MiB"]
     header += ["server us (queue/in/infer/out)", "stable"]
     rows = [
         [
@@ -619,15 +697,18 @@ def table(points: Sequence[Point]) -> str:
             str(p.requests),
             f"{p.infer_per_s:.1f}",
             *(f"{v / 1e3:.3f}" for v in (p.p50_us, p.p90_us, p.p95_us, p.p99_us)),
+            *([f"{p.latency_us / 1e3:.3f}"] if chosen is not None else []),
+            *([f"{100 * (p.gpu_utilization or 0):.0f}", f"{p.gpu_memory_mib or 0:.0f}"] if gpu else []),
             "/".join(f"{p.server_us.get(s, 0.0):.0f}" for s in STAGES) if p.server_us else "-",
             "yes" if p.stable else "no",
         ]
         for p in points
     ]
+    numeric = len(header) - 2
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
     lines = [
         "  ".join(
-            cell.rjust(w) if 0 < i < 9 else cell.ljust(w)
+            cell.rjust(w) if 0 < i < numeric else cell.ljust(w)
             for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         ).rstrip()
         for row in (header, ["-" * w for w in widths], *rows)
@@ -665,6 +746,10 @@ CSV_FIELDS = [
     "windows",
     "stable",
     "client_cpu",
+    "percentile",
+    "latency_us",
+    "gpu_utilization",
+    "gpu_memory_mib",
 ]
 
 
@@ -732,6 +817,16 @@ def concurrency_range(text: str) -> list[int]:
         )
     step = parts[2] if len(parts) == 3 else 1
     return list(range(parts[0], parts[1] + 1, step))
+
+
+def _percentile(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 1 <= value <= 99:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a percentile from 1 to 99 (e.g. 95)")
+    return value
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -807,6 +902,27 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="N",
         help="windows per point at most (default 10)",
     )
+    parser.add_argument(
+        "--percentile",
+        type=_percentile,
+        metavar="P",
+        help="judge stability, --latency-threshold and the report by this latency percentile (1-99; "
+        "default: the mean, as perf_analyzer)",
+    )
+    parser.add_argument(
+        "--latency-threshold",
+        type=_positive(float, "milliseconds above 0"),
+        metavar="MS",
+        help="end the sweep after the first concurrency whose latency (the mean, or --percentile's) is "
+        "above it",
+    )
+    parser.add_argument(
+        "--metrics-url",
+        type=host_port,
+        metavar="HOST:PORT",
+        help="Triton's metrics endpoint, for the server's GPU utilisation and memory per point "
+        "(default: port 8002 of a server on ports 8000/8001)",
+    )
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every point as JSON")
     parser.add_argument("--csv", "-f", type=Path, metavar="FILE", help="write every point as CSV")
     parser.add_argument("--plot", type=Path, metavar="FILE.svg", help="latency against throughput (SVG)")
@@ -827,12 +943,30 @@ async def _measure(
     slots: list[tuple[list[Any], list[Any]]],
     batch: int,
 ) -> list[Point]:
-    points = []
-    async with Load(args.protocol, args.url, slots, max(args.concurrency), args.cuda_shm) as load:
+    points: list[Point] = []
+    metrics_url = args.metrics_url or metrics_address(args.url)
+    async with Load(
+        args.protocol, args.url, slots, max(args.concurrency), args.cuda_shm, metrics_url
+    ) as load:
         for concurrency in args.concurrency:
             for target in targets:  # at each concurrency one after the other: the same moment of the host
                 points.append(await load.point(target, concurrency, batch, args))
+            ours = next(p for p in points[-len(targets) :] if p.model == targets[0].name)
+            if args.latency_threshold is not None and ours.latency_us > args.latency_threshold * 1e3:
+                what = f"p{ours.percentile:g}" if ours.percentile else "mean latency"
+                note(
+                    f"{ours.model} c={concurrency}: {what} {ours.latency_us / 1e3:.3f} ms is above "
+                    f"--latency-threshold {args.latency_threshold:g} ms; the sweep ends here"
+                )
+                break
     return points
+
+
+def metrics_address(url: str) -> str | None:
+    """Triton's metrics endpoint beside a server on Triton's default ports (8000, 8001): the same host, port
+    8002. A server on other ports has its metrics elsewhere too: --metrics-url names it."""
+    host, _, port = url.rpartition(":")
+    return f"{host}:8002" if port in ("8000", "8001") else None
 
 
 def run(args: argparse.Namespace) -> int:
