@@ -6,6 +6,7 @@ tools, so that they run from any folder of a venv where the project is installed
     triton-ort infer MODEL ...                  # one request (triton_ort.cli.infer); health, metadata,
     triton-ort served-config MODEL              #   and the config a running server serves
     triton-ort perf MODEL --concurrency 1 2 4 8   # latency and throughput (triton_ort.cli.perf)
+    triton-ort tune DIR/MODEL --batch 8           # candidate configs measured, the best written
     triton-ort backend install --backend-directory DIR
 
 Each command's module is imported only when it runs: `config` needs no server and `serve` no client.
@@ -27,6 +28,7 @@ _HELP = {
     "metadata": "a model's metadata, from the server",
     "served-config": "a model's config as the server serves it",
     "perf": "latency and throughput of a served model over a concurrency sweep (as perf_analyzer)",
+    "tune": "serve a model folder under candidate configs, measure each, write the best (config.tuned.pbtxt)",
     "backend": "install the backend onnxruntime_zerocopy into a Triton backend directory",
 }
 
@@ -79,6 +81,13 @@ def _perf(argv: list[str]) -> int:
     return 0
 
 
+def _tune(argv: list[str]) -> int:
+    from triton_ort.cli.tune import main as tune
+
+    tune(argv, prog=f"{PROG} tune")
+    return 0
+
+
 def _backend(argv: list[str]) -> int:
     from triton_ort.backend.__main__ import main as backend
 
@@ -95,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         "config": _config,
         "serve": _serve,
         "perf": _perf,
+        "tune": _tune,
         "backend": _backend,
     }
     try:

@@ -1,0 +1,450 @@
+"""`triton-ort tune MODEL_DIR`: model-analyzer's job for this backend. It serves the model under candidate
+configs, each on a server of its own, measures each with perf's engine (triton_ort.cli.perf) at your batch
+sizes and concurrencies, ranks them by throughput within a latency budget, reports every candidate, and
+writes the winner as config.tuned.pbtxt beside the model (--write: as config.pbtxt, the old one kept as
+config.pbtxt.bak).
+
+    triton-ort tune my_repository/my_model --batch 8 --concurrency 1 16 --latency-budget-ms 20
+    triton-ort tune my_repository/bert --shape input_ids:128 --shape attention_mask:128 --max-minutes 5
+
+The search goes one lever at a time, each from the best so far (a full grid would take hours): instance
+count (1, 2, 4), the dynamic batcher's max_queue_delay (0, 100, 500 µs), and on GPU instances CUDA graphs
+(on, off), output placement (auto, device, host; only where a request's outputs exceed host_output_max_bytes)
+and, where the host has it, CUDA MPS. A candidate whose model does not load is reported with the reason and
+the search goes on. The score is the mean throughput (infer/s) at the highest concurrency over the batch
+sizes; a candidate fits the budget when every point's latency (the mean, or --percentile's) is within it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+from tritonclient.utils import triton_to_np_dtype
+
+from triton_ort.cli import perf
+from triton_ort.cli.request_checks import ModelSignature, RequestError
+from triton_ort.cli.request_data import add_request_data_options, parse_ranges_option
+from triton_ort.harness.checks import ServerStartError
+from triton_ort.harness.processes import MIB, MemorySnapshot
+from triton_ort.harness.repository import read_config
+from triton_ort.harness.server import LocalTritonServer, exit_on_termination, gpu_present
+from triton_ort.harness.transport import make_client, model_config, model_metadata, tensor_metas
+from triton_ort.input_ranges import value_ranges
+from triton_ort.options import DEFAULT_HOST_OUTPUT_MAX_BYTES
+
+INSTANCES = (1, 2, 4)
+QUEUE_DELAYS_US = (0, 100, 500)
+PLACEMENTS = ("auto", "device", "host")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One config to measure: the levers tune moves (None: as the config has it)."""
+
+    instances: int
+    queue_delay_us: int
+    cuda_graphs: bool | None = None
+    output_placement: str | None = None
+    mps: bool = False
+
+    def label(self) -> str:
+        parts = [f"{self.instances} inst", f"delay {self.queue_delay_us} us"]
+        if self.cuda_graphs is not None:
+            parts.append(f"graphs {'on' if self.cuda_graphs else 'off'}")
+        if self.output_placement is not None:
+            parts.append(f"placement {self.output_placement}")
+        if self.mps:
+            parts.append("MPS")
+        return ", ".join(parts)
+
+    def apply(self, config: model_config_pb2.ModelConfig) -> model_config_pb2.ModelConfig:
+        """The config with this candidate's levers set (a copy)."""
+        tuned = model_config_pb2.ModelConfig()
+        tuned.CopyFrom(config)
+        if not tuned.instance_group:
+            tuned.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_AUTO)
+        for group in tuned.instance_group:
+            group.count = self.instances
+        if tuned.max_batch_size > 0 and not tuned.HasField("sequence_batching"):
+            tuned.dynamic_batching.max_queue_delay_microseconds = self.queue_delay_us
+        if self.cuda_graphs is not None:
+            tuned.optimization.cuda.graphs = self.cuda_graphs
+        if self.output_placement is not None:
+            tuned.parameters["output_placement"].string_value = self.output_placement
+        return tuned
+
+
+@dataclass
+class Result:
+    candidate: Candidate
+    points: list[perf.Point] = field(default_factory=list)
+    gpu_mib: float | None = None
+    rss_mib: float = 0.0
+    error: str | None = None
+
+    @property
+    def score(self) -> float:
+        """Mean infer/s at the highest concurrency measured, over the batch sizes."""
+        if not self.points:
+            return 0.0
+        top = max(p.concurrency for p in self.points)
+        rates = [p.infer_per_s for p in self.points if p.concurrency == top]
+        return sum(rates) / len(rates)
+
+    def fits(self, budget_ms: float | None) -> bool:
+        if self.error is not None or not self.points:
+            return False
+        return budget_ms is None or all(p.latency_us <= budget_ms * 1e3 for p in self.points)
+
+
+def winner(results: Sequence[Result], budget_ms: float | None) -> Result | None:
+    fitting = [r for r in results if r.fits(budget_ms)]
+    return max(fitting, key=lambda r: r.score) if fitting else None
+
+
+def _serving_repository(model_dir: Path, config: model_config_pb2.ModelConfig, root: Path) -> Path:
+    """A repository holding only the candidate: its config, and links to the model's version folders (the
+    files are not copied)."""
+    repository = root / "repository"
+    folder = repository / str(config.name)
+    folder.mkdir(parents=True)
+    for item in model_dir.iterdir():
+        if item.name != "config.pbtxt" and not item.name.startswith("config."):
+            (folder / item.name).symlink_to(item.resolve())
+    (folder / "config.pbtxt").write_text(text_format.MessageToString(config))
+    return repository
+
+
+def _perf_args(args: argparse.Namespace, url: str, metrics_url: str) -> argparse.Namespace:
+    return argparse.Namespace(
+        protocol="http",
+        url=url,
+        cuda_shm=False,
+        measurement_interval=args.measurement_interval,
+        max_windows=args.max_windows,
+        stability_percentage=args.stability_percentage,
+        percentile=args.percentile,
+        metrics_url=metrics_url,
+    )
+
+
+def _output_bytes(metadata: dict[str, Any], batch: int, batched: bool) -> int:
+    total = 0
+    for meta in tensor_metas(metadata, "outputs"):
+        if meta.datatype == "BYTES":
+            continue
+        dims = [batch if (i == 0 and batched) else max(d, 1) for i, d in enumerate(meta.shape)]
+        total += int(np.prod(dims)) * np.dtype(triton_to_np_dtype(meta.datatype)).itemsize
+    return total
+
+
+def measure(
+    model_dir: Path, config: model_config_pb2.ModelConfig, candidate: Candidate, args: argparse.Namespace
+) -> tuple[Result, int]:
+    """Serve the model under `candidate` and measure it; the result, and a request's output bytes at the
+    largest batch (for the placement stage)."""
+    result = Result(candidate)
+    output_bytes = 0
+    with tempfile.TemporaryDirectory(prefix="triton-ort-tune-") as scratch:
+        repository = _serving_repository(model_dir, candidate.apply(config), Path(scratch))
+        try:
+            server = LocalTritonServer(
+                repository, mps=candidate.mps, startup_timeout_s=args.startup_timeout
+            ).start()
+        except ServerStartError as error:
+            result.error = f"did not load: {str(error).strip().splitlines()[0]}"
+            return result, output_bytes
+        try:
+            assert server.process is not None
+            client = make_client("http", server.http_url)
+            metadata = model_metadata(client, config.name)
+            served = model_config(client, config.name)
+            signature = ModelSignature.from_config(served)
+            batched = signature.max_batch_size > 0
+            inputs_of = [(m.name, m.datatype) for m in tensor_metas(metadata, "inputs")]
+            ranges = value_ranges(inputs_of, served, parse_ranges_option(args.range))
+            perf_args = _perf_args(args, server.http_url, f"127.0.0.1:{server.metrics_port}")
+            for batch in args.batch:
+                inputs, batch = perf.build_inputs(
+                    signature, metadata, batch if batched else None, args.shape, None, None, 0,
+                    input_data=args.input_data, ranges=ranges,
+                )  # fmt: skip
+                output_bytes = max(output_bytes, _output_bytes(metadata, batch, batched))
+                target = perf.Target(config.name, perf.expected_outputs(metadata, batch, batched))
+                result.points += asyncio.run(_points(perf_args, inputs, target, batch, args.concurrency))
+            snapshot = MemorySnapshot.of(server.process.pid)
+            result.rss_mib = snapshot.rss_total / MIB
+            result.gpu_mib = None if snapshot.gpu_total is None else snapshot.gpu_total / MIB
+        except (perf.PerfError, RequestError) as error:
+            result.error = str(error)
+        finally:
+            server.stop()
+    return result, output_bytes
+
+
+async def _points(
+    perf_args: argparse.Namespace,
+    inputs: dict[str, Any],
+    target: perf.Target,
+    batch: int,
+    concurrencies: Sequence[int],
+) -> list[perf.Point]:
+    points = []
+    with perf.request_slots(perf_args, inputs, target.expected, max(concurrencies)) as slots:
+        async with perf.Load(
+            "http", perf_args.url, slots, max(concurrencies), False, perf_args.metrics_url
+        ) as load:
+            for concurrency in concurrencies:
+                points.append(await load.point(target, concurrency, batch, perf_args))
+    return points
+
+
+def stages(args: argparse.Namespace, gpu: bool) -> list[tuple[str, Any]]:
+    """The levers in the order tried: (field, values)."""
+    levers: list[tuple[str, Any]] = [("instances", args.instances), ("queue_delay_us", args.queue_delays)]
+    if gpu:
+        levers.append(("cuda_graphs", (True, False)))
+        levers.append(("output_placement", PLACEMENTS))
+        if shutil.which("nvidia-cuda-mps-control"):
+            levers.append(("mps", (False, True)))
+    return levers
+
+
+def search(model_dir: Path, args: argparse.Namespace, report: Any = print) -> list[Result]:
+    config = read_config(model_dir)
+    config.name = config.name or model_dir.name
+    gpu = gpu_present() and not any(g.kind == g.KIND_CPU for g in config.instance_group)
+    best = Candidate(args.instances[0], args.queue_delays[0])
+    results: dict[Candidate, Result] = {}
+    deadline = time.monotonic() + args.max_minutes * 60
+    output_bytes = 0
+    skipped = 0
+    for lever, values in stages(args, gpu):
+        if lever == "output_placement" and output_bytes <= DEFAULT_HOST_OUTPUT_MAX_BYTES:
+            continue  # small outputs: placement auto already puts them on the host
+        for value in values:
+            candidate = replace(best, **{lever: value})
+            if candidate in results:
+                continue
+            if time.monotonic() > deadline:
+                skipped += 1
+                continue
+            report(f"tune: {candidate.label()} ...")
+            result, seen_bytes = measure(model_dir, config, candidate, args)
+            output_bytes = max(output_bytes, seen_bytes)
+            results[candidate] = result
+            report(f"tune: {candidate.label()}: " + (result.error or f"{result.score:.1f} infer/s"))
+        chosen = winner(list(results.values()), args.latency_budget_ms)
+        if chosen is not None:
+            best = chosen.candidate
+    if skipped:
+        report(f"tune: --max-minutes {args.max_minutes:g} reached; {skipped} candidate(s) not tried")
+    return list(results.values())
+
+
+def table(results: Sequence[Result], budget_ms: float | None, percentile: float | None) -> str:
+    what = f"p{percentile:g}" if percentile else "mean"
+    header = ["candidate", "infer/s", f"worst {what} ms", "GPU MiB", "RSS MiB", "fits budget"]
+    rows = []
+    for r in sorted(results, key=lambda r: -r.score):
+        if r.error is not None:
+            rows.append([r.candidate.label(), "-", "-", "-", "-", r.error[:100]])
+            continue
+        worst = max(p.latency_us for p in r.points) / 1e3
+        gpu = "-" if r.gpu_mib is None else f"{r.gpu_mib:.0f}"
+        fits = "yes" if r.fits(budget_ms) else "no"
+        rows.append([r.candidate.label(), f"{r.score:.1f}", f"{worst:.3f}", gpu, f"{r.rss_mib:.0f}", fits])
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in (header, ["-" * w for w in widths], *rows)
+    )
+
+
+def write_winner(model_dir: Path, chosen: Candidate, replace_config: bool) -> Path:
+    """config.tuned.pbtxt beside the model; with `replace_config`, config.pbtxt itself (the old one kept
+    as config.pbtxt.bak)."""
+    config = read_config(model_dir)
+    text = text_format.MessageToString(chosen.apply(config))
+    tuned = model_dir / "config.tuned.pbtxt"
+    tuned.write_text(f"# triton-ort tune: {chosen.label()}\n{text}")
+    if not replace_config:
+        return tuned
+    shutil.copy2(model_dir / "config.pbtxt", model_dir / "config.pbtxt.bak")
+    (model_dir / "config.pbtxt").write_text(text)
+    return model_dir / "config.pbtxt"
+
+
+def _microseconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected whole microseconds, 0 or more")
+    return value
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    positive = perf._positive
+    parser.add_argument("model_dir", type=Path, help="the model folder: config.pbtxt and its version folders")
+    parser.add_argument(
+        "--batch",
+        "-b",
+        type=positive(int, "1 or more"),
+        nargs="+",
+        default=[1],
+        metavar="N",
+        help="batch sizes to measure (default 1)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=positive(int, "1 or more"),
+        nargs="+",
+        default=[1, 8],
+        metavar="N",
+        help="concurrencies to measure (default 1 8); the highest one scores",
+    )
+    parser.add_argument(
+        "--latency-budget-ms",
+        type=positive(float, "milliseconds above 0"),
+        metavar="MS",
+        help="a candidate fits when every point's latency is within it (default: no budget)",
+    )
+    parser.add_argument(
+        "--percentile",
+        type=perf._percentile,
+        metavar="P",
+        help="the latency the budget judges (default: the mean)",
+    )
+    parser.add_argument(
+        "--instances",
+        type=positive(int, "1 or more"),
+        nargs="+",
+        default=list(INSTANCES),
+        metavar="N",
+        help="instance counts to try (default 1 2 4)",
+    )
+    parser.add_argument(
+        "--queue-delays",
+        type=_microseconds,
+        nargs="+",
+        default=list(QUEUE_DELAYS_US),
+        metavar="US",
+        help="max_queue_delay_microseconds values to try (default 0 100 500)",
+    )
+    parser.add_argument(
+        "--max-minutes",
+        type=positive(float, "minutes above 0"),
+        default=20.0,
+        metavar="M",
+        help="no candidate starts after this (default 20)",
+    )
+    parser.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME:D1,D2,...",
+        help="an input's dims without the batch axis, for its open axes (as perf's)",
+    )
+    parser.add_argument(
+        "--measurement-interval",
+        "-p",
+        type=positive(float, "milliseconds above 0"),
+        default=1000.0,
+        metavar="MS",
+        help="window length (default 1000 ms)",
+    )
+    parser.add_argument(
+        "--max-windows",
+        type=positive(int, "1 or more"),
+        default=6,
+        metavar="N",
+        help="windows per point at most (default 6)",
+    )
+    parser.add_argument(
+        "--stability-percentage",
+        type=positive(float, "a percentage above 0"),
+        default=10.0,
+        metavar="PCT",
+        help="as perf's (default 10)",
+    )
+    parser.add_argument(
+        "--startup-timeout",
+        type=positive(float, "seconds above 0"),
+        default=300.0,
+        metavar="S",
+        help="how long one candidate's server may take to load (default 300 s)",
+    )
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="replace config.pbtxt with the winner (the old one kept as config.pbtxt.bak)",
+    )
+    parser.add_argument("--json", type=Path, metavar="FILE", help="every candidate and its points as JSON")
+    parser.add_argument(
+        "--plot", type=Path, metavar="FILE.svg", help="each candidate's latency against throughput (SVG)"
+    )
+    add_request_data_options(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "triton-ort tune") -> None:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    if not (args.model_dir / "config.pbtxt").is_file():
+        parser.error(
+            f"{args.model_dir}: no config.pbtxt; give a model folder (config.pbtxt and 1/model.onnx)"
+        )
+    if args.plot and args.plot.suffix.lower() != ".svg":
+        parser.error(f"--plot {args.plot}: the plot is an SVG file; name it with .svg")
+    args.concurrency = sorted(set(args.concurrency))
+    exit_on_termination()  # SIGTERM unwinds: the candidate's server is stopped on the way out
+    try:
+        results = search(args.model_dir, args, report=lambda line: print(line, file=sys.stderr, flush=True))
+    except RequestError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    print(table(results, args.latency_budget_ms, args.percentile))
+    chosen = winner(results, args.latency_budget_ms)
+    if args.json:
+        args.json.write_text(json.dumps([_as_json(r) for r in results], indent=2) + "\n")
+    if args.plot:
+        from triton_ort.cli.perf_plot import svg_plot
+
+        points = [replace(p, model=r.candidate.label()) for r in results for p in r.points]
+        args.plot.write_text(
+            svg_plot(points, f"{args.model_dir.name}: candidates, latency against throughput")
+        )
+    if chosen is None:
+        budget = f" within {args.latency_budget_ms:g} ms" if args.latency_budget_ms else ""
+        parser.exit(1, f"{parser.prog}: no candidate served the model{budget}; nothing written\n")
+    written = write_winner(args.model_dir, chosen.candidate, args.write)
+    print(f"winner: {chosen.candidate.label()} ({chosen.score:.1f} infer/s); written to {written}")
+
+
+def _as_json(result: Result) -> dict[str, Any]:
+    return {
+        "candidate": result.candidate.label(),
+        "levers": {key: value for key, value in vars(result.candidate).items()},
+        "score_infer_per_s": result.score,
+        "gpu_mib": result.gpu_mib,
+        "rss_mib": result.rss_mib,
+        "error": result.error,
+        "points": [vars(p) for p in result.points],
+    }

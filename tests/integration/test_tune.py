@@ -1,0 +1,73 @@
+"""`triton-ort tune` as a user runs it (the installed command, from any folder) on a real tritonserver: two
+candidates measured, the table printed, the winner written as config.tuned.pbtxt and, with --write, as
+config.pbtxt with the old one kept; and a model that loads under no candidate refused with its reason.
+Short windows keep each candidate to a few seconds."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from tests.support.paths import MODEL_REPOSITORY, demo_onnx
+from triton_ort.harness.repository import pin_one_instance
+
+pytestmark = pytest.mark.integration
+
+COMMAND = str(Path(sys.executable).parent / "triton-ort")
+SHORT = ("--batch", "2", "--concurrency", "1", "2", "-p", "200", "--max-windows", "3", "--queue-delays", "0")
+
+
+def _demo(folder: Path) -> Path:
+    shutil.copytree(MODEL_REPOSITORY / "demo", folder)
+    shutil.copy(demo_onnx(), folder / "1" / "model.onnx")
+    pin_one_instance(folder)
+    return folder
+
+
+def tune(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [COMMAND, "tune", str(folder), *SHORT, *args],
+        cwd="/",  # any folder: the command needs nothing from the checkout
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def test_two_candidates_are_measured_and_the_winner_is_written(tmp_path: Path) -> None:
+    folder = _demo(tmp_path / "demo")
+    before = (folder / "config.pbtxt").read_text()
+    done = tune(folder, "--instances", "1", "2", "--write", "--json", str(tmp_path / "tune.json"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:2] == ["candidate", "infer/s"]
+    rows = [line for line in lines[2:] if "inst, delay" in line and not line.startswith("winner")]
+    assert {row.split(",")[0] for row in rows} == {"1 inst", "2 inst"}, done.stdout
+    report = json.loads((tmp_path / "tune.json").read_text())
+    assert [r["error"] for r in report] == [None, None]
+    assert all(len(r["points"]) == 2 and r["score_infer_per_s"] > 0 and r["rss_mib"] > 0 for r in report)
+    best = max(report, key=lambda r: r["score_infer_per_s"])
+    assert f"winner: {best['candidate']}" in done.stdout
+    tuned = (folder / "config.tuned.pbtxt").read_text()
+    assert tuned.startswith(f"# triton-ort tune: {best['candidate']}\n")
+    config = text_format.Parse(tuned, model_config_pb2.ModelConfig())
+    assert config.instance_group[0].count == best["levers"]["instances"]
+    assert config.dynamic_batching.max_queue_delay_microseconds == 0
+    assert text_format.Parse((folder / "config.pbtxt").read_text(), model_config_pb2.ModelConfig()) == config
+    assert (folder / "config.pbtxt.bak").read_text() == before
+
+
+def test_a_model_that_loads_under_no_candidate_is_refused_with_its_reason(tmp_path: Path) -> None:
+    folder = _demo(tmp_path / "demo")
+    (folder / "1" / "model.onnx").write_bytes(b"not an onnx file")
+    done = tune(folder, "--instances", "1")
+    assert done.returncode == 1
+    assert "did not load:" in done.stdout and "no candidate served the model" in done.stderr, done.stdout
+    assert not (folder / "config.tuned.pbtxt").exists()

@@ -1,0 +1,96 @@
+"""triton-ort tune's search without a server: candidates written into configs, one lever at a time from the
+best so far, a latency budget, and the time bound (the measurements are faked; tests/integration/test_tune.py
+runs the real ones)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tritonclient.grpc import model_config_pb2
+
+from triton_ort.cli import perf, tune
+from triton_ort.harness.repository import write_config
+
+
+def _point(rate: float, latency_ms: float, concurrency: int = 8) -> perf.Point:
+    return perf.Point(
+        "m", concurrency, 1, 10, 1.0, rate, rate, latency_ms * 1e3, latency_ms * 1e3, latency_ms * 1e3,
+        latency_ms * 1e3, latency_ms * 1e3, 3, True, 0.1, latency_us=latency_ms * 1e3,
+    )  # fmt: skip
+
+
+def test_a_candidate_sets_its_levers_and_nothing_else() -> None:
+    config = model_config_pb2.ModelConfig(name="m", max_batch_size=8)
+    config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_GPU, count=1)
+    tuned = tune.Candidate(4, 100, cuda_graphs=False, output_placement="host").apply(config)
+    assert (
+        tuned.instance_group[0].count == 4 and tuned.instance_group[0].kind == config.instance_group[0].kind
+    )
+    assert tuned.dynamic_batching.max_queue_delay_microseconds == 100
+    assert (
+        tuned.optimization.cuda.graphs is False
+        and tuned.parameters["output_placement"].string_value == "host"
+    )
+    assert config.instance_group[0].count == 1  # the original is left as it was
+    unbatched = tune.Candidate(2, 500).apply(model_config_pb2.ModelConfig(name="m"))
+    assert not unbatched.HasField("dynamic_batching") and unbatched.instance_group[0].count == 2
+
+
+def test_the_winner_is_the_fastest_within_the_budget() -> None:
+    fast_slow = tune.Result(tune.Candidate(4, 0), [_point(900.0, 30.0)])
+    steady = tune.Result(tune.Candidate(1, 0), [_point(500.0, 5.0)])
+    broken = tune.Result(tune.Candidate(2, 0), error="did not load: ...")
+    assert tune.winner([fast_slow, steady, broken], None) is fast_slow
+    assert tune.winner([fast_slow, steady, broken], 10.0) is steady
+    assert tune.winner([fast_slow, broken], 10.0) is None
+
+
+def _args(**overrides: Any) -> argparse.Namespace:
+    values = {
+        "instances": [1, 2, 4],
+        "queue_delays": [0, 100, 500],
+        "latency_budget_ms": None,
+        "max_minutes": 60.0,
+    }
+    return argparse.Namespace(**{**values, **overrides})
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    config = model_config_pb2.ModelConfig(name="m", max_batch_size=8)
+    config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU, count=1)
+    write_config(tmp_path / "m", config)
+    return tmp_path / "m"
+
+
+def test_one_lever_at_a_time_from_the_best_so_far(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two instances win the first stage, so the queue delays are tried with two (a CPU model: no GPU
+    stages)."""
+    rates = {1: 100.0, 2: 300.0, 4: 200.0}
+    tried: list[tune.Candidate] = []
+
+    def measure(folder: Path, config: Any, candidate: tune.Candidate, args: Any) -> tuple[tune.Result, int]:
+        tried.append(candidate)
+        return tune.Result(candidate, [_point(rates[candidate.instances] + candidate.queue_delay_us, 1.0)]), 0
+
+    monkeypatch.setattr(tune, "measure", measure)
+    results = tune.search(model_dir, _args(), report=lambda line: None)
+    assert [(c.instances, c.queue_delay_us) for c in tried] == [(1, 0), (2, 0), (4, 0), (2, 100), (2, 500)]
+    best = tune.winner(results, None)
+    assert best is not None and best.candidate == tune.Candidate(2, 500)
+
+
+def test_no_candidate_starts_after_the_time_bound(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    said: list[str] = []
+
+    def measure(folder: Path, config: Any, candidate: tune.Candidate, args: Any) -> tuple[tune.Result, int]:
+        return tune.Result(candidate, [_point(1.0, 1.0)]), 0
+
+    monkeypatch.setattr(tune, "measure", measure)
+    times = iter([0.0, 0.0, 1e9, 1e9, 1e9, 1e9, 1e9])
+    monkeypatch.setattr("triton_ort.cli.tune.time.monotonic", lambda: next(times))
+    results = tune.search(model_dir, _args(max_minutes=1.0), report=said.append)
+    assert len(results) == 1 and said[-1] == "tune: --max-minutes 1 reached; 4 candidate(s) not tried"
