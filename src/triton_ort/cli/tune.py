@@ -128,16 +128,16 @@ def _serving_repository(model_dir: Path, config: model_config_pb2.ModelConfig, r
     return repository
 
 
-def _perf_args(args: argparse.Namespace, url: str, metrics_url: str) -> argparse.Namespace:
+def _perf_args(args: argparse.Namespace, server: LocalTritonServer) -> argparse.Namespace:
     return argparse.Namespace(
-        protocol="http",
-        url=url,
-        cuda_shm=False,
+        protocol=args.protocol,
+        url=server.grpc_url if args.protocol == "grpc" else server.http_url,
+        cuda_shm=args.cuda_shm,
         measurement_interval=args.measurement_interval,
         max_windows=args.max_windows,
         stability_percentage=args.stability_percentage,
         percentile=args.percentile,
-        metrics_url=metrics_url,
+        metrics_url=f"127.0.0.1:{server.metrics_port}",
     )
 
 
@@ -176,7 +176,7 @@ def measure(
             batched = signature.max_batch_size > 0
             inputs_of = [(m.name, m.datatype) for m in tensor_metas(metadata, "inputs")]
             ranges = value_ranges(inputs_of, served, parse_ranges_option(args.range))
-            perf_args = _perf_args(args, server.http_url, f"127.0.0.1:{server.metrics_port}")
+            perf_args = _perf_args(args, server)
             for batch in args.batch:
                 inputs, batch = perf.build_inputs(
                     signature, metadata, batch if batched else None, args.shape, None, None, 0,
@@ -205,7 +205,12 @@ async def _points(
     points = []
     with perf.request_slots(perf_args, inputs, target.expected, max(concurrencies)) as slots:
         async with perf.Load(
-            "http", perf_args.url, slots, max(concurrencies), False, perf_args.metrics_url
+            perf_args.protocol,
+            perf_args.url,
+            slots,
+            max(concurrencies),
+            perf_args.cuda_shm,
+            perf_args.metrics_url,
         ) as load:
             for concurrency in concurrencies:
                 points.append(await load.point(target, concurrency, batch, perf_args))
@@ -227,7 +232,18 @@ def search(model_dir: Path, args: argparse.Namespace, report: Any = print) -> li
     config = read_config(model_dir)
     config.name = config.name or model_dir.name
     gpu = gpu_present() and not any(g.kind == g.KIND_CPU for g in config.instance_group)
-    best = Candidate(args.instances[0], args.queue_delays[0])
+    # Where the config sets a lever the first candidate keeps it, so that trying it again is no new candidate.
+    placement = (
+        config.parameters["output_placement"].string_value
+        if "output_placement" in config.parameters
+        else "auto"
+    )
+    best = Candidate(
+        args.instances[0],
+        args.queue_delays[0],
+        cuda_graphs=config.optimization.cuda.graphs if gpu else None,
+        output_placement=placement if gpu else None,
+    )
     results: dict[Candidate, Result] = {}
     deadline = time.monotonic() + args.max_minutes * 60
     output_bytes = 0
@@ -391,6 +407,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default=300.0,
         metavar="S",
         help="how long one candidate's server may take to load (default 300 s)",
+    )
+    parser.add_argument(
+        "--protocol", "-i", choices=["http", "grpc"], default="http", type=str.lower, help="default http"
+    )
+    parser.add_argument(
+        "--cuda-shm", action="store_true", help="inputs and outputs in CUDA shared memory (GPU hosts)"
     )
     parser.add_argument(
         "--write",
