@@ -179,3 +179,27 @@ def test_cuda_shm_without_cuda_is_one_line(server: LocalTritonServer) -> None:
     assert done.returncode == 2 and done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "--cuda-shm needs a CUDA GPU" in lines[0], lines
+
+
+@pytest.mark.parametrize("distribution", ["constant", "poisson"])
+def test_open_loop_load_at_a_request_rate(
+    server: LocalTritonServer, tmp_path: Path, distribution: str
+) -> None:
+    """--request-rate sends at the rate whether or not answers have come: the measured rate is the asked one
+    (the model answers far faster), and the table's load column is the rate."""
+    out = tmp_path / "perf.json"
+    done = perf(
+        server,
+        "open_axes",
+        *("--shape", "x:5", "--shape", "y:5", "--request-rate", "50", "100"),
+        *("--distribution", distribution, "--json", str(out), "-p", "1000"),
+    )
+    assert done.returncode == 0, done.stderr
+    points = json.loads(out.read_text())["points"]
+    assert [p["request_rate"] for p in points] == [50, 100]
+    for point in points:
+        assert point["requests_per_s"] == pytest.approx(point["request_rate"], rel=0.25), point
+        assert point["concurrency"] >= 1  # the most in flight at once
+    assert (
+        done.stdout.splitlines()[0].split()[1] == "rate" and done.stdout.splitlines()[2].split()[1] == "r=50"
+    )

@@ -28,8 +28,8 @@ import json
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -65,6 +65,9 @@ STABLE_WINDOWS = 3
 NATIVE_SUFFIX = "_native"
 CLIENT_BUSY = 0.9
 """Client CPU (cores) above which a point may be limited by the client rather than the server."""
+MAX_IN_FLIGHT = 64
+"""--request-rate: the most requests in flight at once (one set of CUDA shared-memory regions each); a
+server that falls this far behind the rate is reported, not chased."""
 
 
 class PerfError(RuntimeError):
@@ -371,6 +374,14 @@ class Point:
     metrics."""
     gpu_memory_mib: float | None = None
     """The most GPU memory in use at a window's end over the windows (MiB, all the server's GPUs)."""
+    request_rate: float | None = None
+    """--request-rate: the rate the requests were sent at (open loop; `concurrency` is then the most
+    requests that were in flight at once)."""
+
+    @property
+    def load(self) -> str:
+        """The point's load: c=N (closed loop), or r=R (requests per second)."""
+        return f"r={self.request_rate:g}" if self.request_rate is not None else f"c={self.concurrency}"
 
 
 def summarize(
@@ -476,6 +487,7 @@ class Load:
         metrics_url: str | None = None,
     ) -> None:
         self.metrics_url = metrics_url
+        self.slots_are_regions = outputs_in_shared_memory  # CUDA shared memory: one region set per slot
         self.protocol = protocol
         self.outputs_in_shared_memory = outputs_in_shared_memory
         self.url = url
@@ -538,23 +550,83 @@ class Load:
     async def point(self, target: Target, concurrency: int, batch: int, args: argparse.Namespace) -> Point:
         """Closed-loop load at `concurrency` in windows until stable (or --max-windows)."""
         await self.ask(target, 0)  # the first answer is checked before anything is timed
+
+        async def drive(latencies: list[float], stopping: asyncio.Event) -> None:
+            async def worker(slot: int) -> None:
+                while not stopping.is_set():
+                    latencies.append(await self.ask(target, slot))
+
+            await asyncio.gather(*(worker(slot) for slot in range(concurrency)))
+
+        point = await self._windows(target, f"c={concurrency}", drive, batch, args)
+        return replace(point, concurrency=concurrency)
+
+    async def point_at_rate(self, target: Target, rate: float, batch: int, args: argparse.Namespace) -> Point:
+        """Open-loop load: a request every 1/rate s (or at Poisson arrivals, --distribution poisson), each
+        sent whether or not the earlier ones were answered, at most one per slot in flight: when every slot
+        is busy the next request waits (the point then says how many did)."""
+        await self.ask(target, 0)
+        slots = len(self.slots) if self.slots_are_regions else MAX_IN_FLIGHT
+        most, late = 0, 0
+
+        async def drive(latencies: list[float], stopping: asyncio.Event) -> None:
+            nonlocal most, late
+            rng = np.random.default_rng(args.seed)
+            free = list(range(slots))
+            in_flight: set[asyncio.Task[None]] = set()
+
+            async def one(slot: int) -> None:
+                try:
+                    latencies.append(await self.ask(target, slot))
+                finally:
+                    free.append(slot)
+
+            due = time.perf_counter()
+            while not stopping.is_set():
+                due += rng.exponential(1 / rate) if args.distribution == "poisson" else 1 / rate
+                wait = due - time.perf_counter()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                if not free:
+                    late += 1
+                    done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        task.result()
+                task = asyncio.create_task(one(free.pop()))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+                most = max(most, len(in_flight))
+                for task in [t for t in in_flight if t.done()]:
+                    task.result()  # a refused request or a wrong answer: raised here
+            await asyncio.gather(*in_flight)
+
+        point = await self._windows(target, f"r={rate:g}", drive, batch, args)
+        if late:
+            note(
+                f"{target.name} r={rate:g}: {late} requests were sent late, every one of {slots} slots being "
+                "in flight: the server does not keep up with this rate"
+            )
+        return replace(point, concurrency=most, request_rate=rate)
+
+    async def _windows(
+        self,
+        target: Target,
+        load: str,
+        drive: Callable[[list[float], asyncio.Event], Coroutine[Any, Any, None]],
+        batch: int,
+        args: argparse.Namespace,
+    ) -> Point:
+        """Run `drive` (which appends each answer's latency) in windows until stable (or --max-windows)."""
         latencies: list[float] = []
         stopping = asyncio.Event()
-
-        async def worker(slot: int) -> None:
-            while not stopping.is_set():
-                latencies.append(await self.ask(target, slot))
-
-        progress = Progress(args.max_windows, f"{target.name} c={concurrency}")
+        progress = Progress(args.max_windows, f"{target.name} {load}")
         windows: list[Window] = []
         before = await self.statistics(target.name)
-        workers = [asyncio.create_task(worker(slot)) for slot in range(concurrency)]
+        driver = asyncio.create_task(drive(latencies, stopping))
         try:
             seen, started, cpu = 0, time.perf_counter(), time.process_time()
             while len(windows) < args.max_windows:
-                done, _ = await asyncio.wait(
-                    workers, timeout=args.measurement_interval / 1e3, return_when=asyncio.FIRST_EXCEPTION
-                )
+                done, _ = await asyncio.wait([driver], timeout=args.measurement_interval / 1e3)
                 for task in done:
                     task.result()  # a refused request or a wrong answer: raised here
                 now, cpu_now, count = time.perf_counter(), time.process_time(), len(latencies)
@@ -569,23 +641,20 @@ class Load:
                     break
         finally:
             progress.close()
-            stopping.set()  # each worker ends after its request in flight: regions are not left in use
-            await asyncio.wait(workers, timeout=max(30.0, 3 * args.measurement_interval / 1e3))
-            for task in workers:
-                task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
-        point = summarize(
-            target.name, concurrency, batch, windows, before, args.stability_percentage, args.percentile
-        )
+            stopping.set()  # each request in flight ends first: regions are not left in use
+            await asyncio.wait([driver], timeout=max(30.0, 3 * args.measurement_interval / 1e3))
+            driver.cancel()
+            await asyncio.gather(driver, return_exceptions=True)
+        point = summarize(target.name, 0, batch, windows, before, args.stability_percentage, args.percentile)
         if not point.stable:
             note(
-                f"{target.name} c={concurrency}: not stable within {args.max_windows} windows "
+                f"{target.name} {load}: not stable within {args.max_windows} windows "
                 f"(±{args.stability_percentage:g} %); the figures are the last {STABLE_WINDOWS} windows'. "
                 "Longer windows (--measurement-interval) or more of them (--max-windows) may settle it"
             )
         if point.client_cpu >= CLIENT_BUSY:
             note(
-                f"{target.name} c={concurrency}: the client used {point.client_cpu:.2f} of a CPU core: this "
+                f"{target.name} {load}: the client used {point.client_cpu:.2f} of a CPU core: this "
                 "point may measure the client more than the server"
             )
         return point
@@ -681,7 +750,18 @@ def native_twin(client: Any, name: str) -> tuple[bool, bool, str]:
 
 
 def table(points: Sequence[Point]) -> str:
-    header = ["model", "conc", "batch", "n", "infer/s", "p50 ms", "p90 ms", "p95 ms", "p99 ms"]
+    rated = any(p.request_rate is not None for p in points)
+    header = [
+        "model",
+        "rate" if rated else "conc",
+        "batch",
+        "n",
+        "infer/s",
+        "p50 ms",
+        "p90 ms",
+        "p95 ms",
+        "p99 ms",
+    ]
     chosen = next((p.percentile for p in points if p.percentile is not None), None)
     if chosen is not None:
         header.append(f"p{chosen:g} ms")
@@ -692,7 +772,7 @@ def table(points: Sequence[Point]) -> str:
     rows = [
         [
             p.model,
-            str(p.concurrency),
+            p.load.removeprefix("c="),
             str(p.batch),
             str(p.requests),
             f"{p.infer_per_s:.1f}",
@@ -720,10 +800,10 @@ def ratios(points: Sequence[Point], ours: str, native: str) -> list[str]:
     """native / ours at each concurrency both were measured at."""
     lines = []
     for mine in (p for p in points if p.model == ours):
-        theirs = next((p for p in points if p.model == native and p.concurrency == mine.concurrency), None)
+        theirs = next((p for p in points if p.model == native and p.load == mine.load), None)
         if theirs and mine.p50_us and mine.infer_per_s:
             lines.append(
-                f"native onnxruntime / {ours} at c={mine.concurrency}: "
+                f"native onnxruntime / {ours} at {mine.load}: "
                 f"p50 {theirs.p50_us / mine.p50_us:.2f}x, "
                 f"throughput {theirs.infer_per_s / mine.infer_per_s:.2f}x"
             )
@@ -746,6 +826,7 @@ CSV_FIELDS = [
     "windows",
     "stable",
     "client_cpu",
+    "request_rate",
     "percentile",
     "latency_us",
     "gpu_utilization",
@@ -805,6 +886,27 @@ def _positive(kind: type, what: str) -> Any:
     return parse
 
 
+def request_rate_range(text: str) -> list[float]:
+    """perf_analyzer's --request-rate-range START:END[:STEP] (END included)."""
+    try:
+        parts = [float(part) for part in text.split(":")]
+    except ValueError:
+        parts = []
+    if (
+        len(parts) not in (2, 3)
+        or parts[0] <= 0
+        or parts[1] < parts[0]
+        or (len(parts) == 3 and parts[2] <= 0)
+    ):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected START:END[:STEP] with 0 < START <= END")
+    step = parts[2] if len(parts) == 3 else parts[1] - parts[0] or 1.0
+    rates, rate = [], parts[0]
+    while rate <= parts[1] + 1e-9:
+        rates.append(round(rate, 9))
+        rate += step
+    return rates
+
+
 def concurrency_range(text: str) -> list[int]:
     """perf_analyzer's --concurrency-range START:END[:STEP] (END included)."""
     try:
@@ -860,6 +962,26 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     sweep.add_argument(
         "--concurrency-range", type=concurrency_range, metavar="START:END[:STEP]", help="as perf_analyzer's"
+    )
+    sweep.add_argument(
+        "--request-rate",
+        type=_positive(float, "requests per second above 0"),
+        nargs="+",
+        metavar="R",
+        help="instead: open-loop load at these rates (requests/s), one point each; at most "
+        f"{MAX_IN_FLIGHT} in flight",
+    )
+    sweep.add_argument(
+        "--request-rate-range",
+        type=request_rate_range,
+        metavar="START:END[:STEP]",
+        help="the same, as perf_analyzer's (END included)",
+    )
+    parser.add_argument(
+        "--distribution",
+        choices=["constant", "poisson"],
+        default="constant",
+        help="--request-rate's arrivals: evenly spaced (default) or Poisson (exponential gaps, --seed)",
     )
     parser.add_argument(
         "--shape",
@@ -945,17 +1067,19 @@ async def _measure(
 ) -> list[Point]:
     points: list[Point] = []
     metrics_url = args.metrics_url or metrics_address(args.url)
-    async with Load(
-        args.protocol, args.url, slots, max(args.concurrency), args.cuda_shm, metrics_url
-    ) as load:
-        for concurrency in args.concurrency:
-            for target in targets:  # at each concurrency one after the other: the same moment of the host
-                points.append(await load.point(target, concurrency, batch, args))
+    in_flight = MAX_IN_FLIGHT if args.request_rate else max(args.concurrency)
+    async with Load(args.protocol, args.url, slots, in_flight, args.cuda_shm, metrics_url) as load:
+        for level in args.request_rate or args.concurrency:
+            for target in targets:  # at each load one after the other: the same moment of the host
+                if args.request_rate:
+                    points.append(await load.point_at_rate(target, level, batch, args))
+                else:
+                    points.append(await load.point(target, level, batch, args))
             ours = next(p for p in points[-len(targets) :] if p.model == targets[0].name)
             if args.latency_threshold is not None and ours.latency_us > args.latency_threshold * 1e3:
                 what = f"p{ours.percentile:g}" if ours.percentile else "mean latency"
                 note(
-                    f"{ours.model} c={concurrency}: {what} {ours.latency_us / 1e3:.3f} ms is above "
+                    f"{ours.model} {ours.load}: {what} {ours.latency_us / 1e3:.3f} ms is above "
                     f"--latency-threshold {args.latency_threshold:g} ms; the sweep ends here"
                 )
                 break
@@ -1003,7 +1127,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             note(why)
     try:
-        with request_slots(args, inputs, targets[0].expected, max(args.concurrency)) as slots:
+        slot_count = MAX_IN_FLIGHT if args.request_rate else max(args.concurrency)
+        with request_slots(args, inputs, targets[0].expected, slot_count) as slots:
             points = asyncio.run(_measure(args, targets, slots, batch))
     finally:
         if loaded:
@@ -1039,6 +1164,7 @@ def main(argv: list[str] | None = None, prog: str = "triton-ort perf") -> None:
     args.model = args.model or args.model_option
     if not args.model:
         parser.error("no model: give its name (triton-ort perf MODEL, or -m MODEL)")
+    args.request_rate = args.request_rate or args.request_rate_range
     args.concurrency = args.concurrency or args.concurrency_range or [1]
     args.url = args.url or DEFAULT_URLS[args.protocol]
     if args.plot and args.plot.suffix.lower() != ".svg":

@@ -72,7 +72,7 @@ def svg_plot(points: Sequence[Any], title: str) -> str:
     models = list(dict.fromkeys(p.model for p in points))
     for index, model in enumerate(models):
         colour = COLOURS[index % len(COLOURS)]
-        mine = sorted((p for p in points if p.model == model), key=lambda p: p.concurrency)
+        mine = sorted((p for p in points if p.model == model), key=lambda p: (p.request_rate or 0, p.concurrency))
         line = " ".join(f"{x(p.infer_per_s):.1f},{y(p.p50_us / 1e3):.1f}" for p in mine)
         parts.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>')
         for p in mine:
@@ -82,7 +82,7 @@ def svg_plot(points: Sequence[Any], title: str) -> str:
             )
             parts.append(f'<circle cx="{px:.1f}" cy="{p50:.1f}" r="4" fill="{colour}"/>')
             parts.append(
-                f'<text x="{px + 6:.1f}" y="{p50 + 14:.1f}" fill="{colour}">c={p.concurrency}</text>'
+                f'<text x="{px + 6:.1f}" y="{p50 + 14:.1f}" fill="{colour}">{p.load}</text>'
             )
         legend_y = TOP + 10 + 20 * index
         parts.append(
