@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tritonclient.http as httpclient
 from tritonclient.grpc import model_config_pb2
 
 from tests.support import graphs
@@ -203,3 +204,26 @@ def test_open_loop_load_at_a_request_rate(
     assert (
         done.stdout.splitlines()[0].split()[1] == "rate" and done.stdout.splitlines()[2].split()[1] == "r=50"
     )
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_system_shared_memory_carries_inputs_and_outputs(
+    server: LocalTritonServer, tmp_path: Path, protocol: str
+) -> None:
+    """--shared-memory system: regions in /dev/shm registered with the local server, each answer checked by
+    datatype and shape, and every region unregistered and removed at the end."""
+    before = set(Path("/dev/shm").iterdir())
+    out = tmp_path / "perf.json"
+    done = perf(
+        server,
+        "optional",
+        *("--shared-memory", "system", "--concurrency", "1", "2", "--json", str(out)),
+        protocol=protocol,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["transport"] == "system-shm" and all(p["requests"] > 0 for p in report["points"])
+    assert {
+        p.name for p in set(Path("/dev/shm").iterdir()) - before if p.name.startswith("triton_ort")
+    } == set()
+    assert httpclient.InferenceServerClient(server.http_url).get_system_shared_memory_status() == []

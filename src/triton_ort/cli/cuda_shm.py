@@ -1,5 +1,6 @@
 """Inputs and outputs through CUDA shared memory: the only way a remote client's tensors reach the model
-on the GPU (numpy in the request body always arrives as CPU memory). Needs a GPU and cuda-bindings."""
+on the GPU (numpy in the request body always arrives as CPU memory). Needs a GPU and cuda-bindings.
+SystemShmIO does the same through system (POSIX) shared memory, for a client on the server's host."""
 
 from __future__ import annotations
 
@@ -91,15 +92,44 @@ class CudaShmIO:
         self._regions.clear()
 
     def _unregister(self, region: str) -> None:
+        self._retry_in_use(lambda: self.client.unregister_cuda_shared_memory(region))
+
+    def _retry_in_use(self, unregister: Any) -> None:
         # Triton 2.51 counts a region's users and refuses to unregister one a request still holds ("...
         # it is currently in use"); the server lets go of a request a moment after its response has
         # reached the client, so a region used by the last answer can still be held when we get here.
         deadline = time.monotonic() + UNREGISTER_WAIT_S
         while True:
             try:
-                self.client.unregister_cuda_shared_memory(region)
+                unregister()
                 return
             except InferenceServerException as error:
                 if "currently in use" not in str(error) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.01)
+
+
+class SystemShmIO(CudaShmIO):
+    """The same regions in system shared memory (/dev/shm): the server must run on this host."""
+
+    def __init__(
+        self,
+        client: Any,
+        model: str,
+        inputs: Mapping[str, NDArray[Any]],
+        outputs: Mapping[str, tuple[np.dtype[Any], tuple[int, ...]]],
+    ) -> None:
+        super().__init__(client, model, inputs, outputs)
+        import tritonclient.utils.shared_memory as sysshm
+
+        self._cudashm = sysshm  # the same calls: set_shared_memory_region, get_contents_as_numpy, destroy
+
+    def _region(self, name: str, byte_size: int) -> str:
+        region = f"{self._prefix}_{name}"
+        key = f"/{region}"
+        self._regions[name] = self._cudashm.create_shared_memory_region(region, key, byte_size)
+        self.client.register_system_shared_memory(region, key, byte_size)
+        return region
+
+    def _unregister(self, region: str) -> None:
+        self._retry_in_use(lambda: self.client.unregister_system_shared_memory(region))

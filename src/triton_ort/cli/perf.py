@@ -664,10 +664,12 @@ class Load:
 def request_slots(
     args: argparse.Namespace, inputs: dict[str, NDArray[Any]], expected: list[OutputSpec], count: int
 ) -> Iterator[list[tuple[list[Any], list[Any]]]]:
-    """The request tensors: numpy in the body (one set, shared by every slot), or with --cuda-shm a set of
-    registered CUDA shared-memory regions for each slot (its own outputs), removed at the end."""
+    """The request tensors: numpy in the body (one set, shared by every slot), or with --shared-memory a
+    set of registered regions for each slot (its own outputs; CUDA or system shared memory), removed at the
+    end."""
     module = PROTOCOLS[args.protocol]
-    if not args.cuda_shm:
+    kind = args.shared_memory
+    if kind == "none":
         items = []
         for name, array in inputs.items():
             item = module.InferInput(name, list(array.shape), _wire_type(array))
@@ -675,31 +677,38 @@ def request_slots(
             items.append(item)
         yield [(items, [module.InferRequestedOutput(spec.name) for spec in expected])]
         return
+    option = f"--shared-memory {kind}"
     strings = [name for name, array in inputs.items() if array.dtype.kind in "OSU"]
     if strings:
-        raise RequestError(
-            f"--cuda-shm: input {strings[0]!r} holds strings; CUDA shared memory takes numbers"
-        )
+        raise RequestError(f"{option}: input {strings[0]!r} holds strings; shared memory takes numbers")
     layout = {}
     for spec in expected:
         if spec.datatype == "BYTES" or any(d < 0 for d in spec.shape):
             raise RequestError(
-                f"--cuda-shm needs outputs of fixed shape and number type; {spec.name!r} is "
+                f"{option} needs outputs of fixed shape and number type; {spec.name!r} is "
                 f"{spec.datatype}{_shape_text(spec.shape)}"
             )
         layout[spec.name] = (np.dtype(triton_to_np_dtype(spec.datatype)), spec.shape)
-    try:
-        from tritonclient.utils.cuda_shared_memory import CudaSharedMemoryException
-
-        from triton_ort.cli.cuda_shm import CudaShmIO
-    except ImportError as error:  # tritonclient imports cuda.bindings for it: not installed on CPU hosts
-        raise RequestError(f"--cuda-shm needs a CUDA GPU and cuda-bindings on this host ({error})") from None
     client = make_client(args.protocol, args.url)
     with contextlib.ExitStack() as stack:
+        if kind == "system":
+            from triton_ort.cli.cuda_shm import SystemShmIO
+
+            system = [stack.enter_context(SystemShmIO(client, "", inputs, layout)) for _ in range(count)]
+            yield [(region.infer_inputs, region.requested_outputs) for region in system]
+            return
+        try:
+            from tritonclient.utils.cuda_shared_memory import CudaSharedMemoryException
+
+            from triton_ort.cli.cuda_shm import CudaShmIO
+        except ImportError as error:  # tritonclient imports cuda.bindings for it: not on CPU hosts
+            raise RequestError(
+                f"{option} needs a CUDA GPU and cuda-bindings on this host ({error})"
+            ) from None
         try:
             regions = [stack.enter_context(CudaShmIO(client, "", inputs, layout)) for _ in range(count)]
         except CudaSharedMemoryException as error:
-            raise RequestError(f"--cuda-shm needs a CUDA GPU on this host: {_one_line(error)}") from None
+            raise RequestError(f"{option} needs a CUDA GPU on this host: {_one_line(error)}") from None
         yield [(region.infer_inputs, region.requested_outputs) for region in regions]
 
 
@@ -999,7 +1008,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--string-data", metavar="TEXT", help="every string input element (default random words)"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    parser.add_argument("--cuda-shm", action="store_true", help="inputs and outputs in CUDA shared memory")
+    parser.add_argument(
+        "--shared-memory",
+        choices=["none", "system", "cuda"],
+        default="none",
+        help="inputs and outputs in registered regions: system shared memory (a client on the server's host) "
+        "or CUDA shared memory (GPU hosts); default none: in the request body",
+    )
+    parser.add_argument("--cuda-shm", action="store_true", help="short for --shared-memory cuda")
     parser.add_argument(
         "-p",
         "--measurement-interval",
@@ -1068,7 +1084,8 @@ async def _measure(
     points: list[Point] = []
     metrics_url = args.metrics_url or metrics_address(args.url)
     in_flight = MAX_IN_FLIGHT if args.request_rate else max(args.concurrency)
-    async with Load(args.protocol, args.url, slots, in_flight, args.cuda_shm, metrics_url) as load:
+    shared = args.shared_memory != "none"
+    async with Load(args.protocol, args.url, slots, in_flight, shared, metrics_url) as load:
         for level in args.request_rate or args.concurrency:
             for target in targets:  # at each load one after the other: the same moment of the host
                 if args.request_rate:
@@ -1142,7 +1159,7 @@ def run(args: argparse.Namespace) -> int:
         "model": args.model,
         "protocol": args.protocol,
         "url": args.url,
-        "transport": "cuda-shm" if args.cuda_shm else "numpy",
+        "transport": {"none": "numpy", "cuda": "cuda-shm", "system": "system-shm"}[args.shared_memory],
         "batch": batch,
         "inputs": {name: f"{array.dtype}{list(array.shape)}" for name, array in inputs.items()},
         "measurement_interval_ms": args.measurement_interval,
@@ -1164,6 +1181,9 @@ def main(argv: list[str] | None = None, prog: str = "triton-ort perf") -> None:
     args.model = args.model or args.model_option
     if not args.model:
         parser.error("no model: give its name (triton-ort perf MODEL, or -m MODEL)")
+    if args.cuda_shm and args.shared_memory not in ("none", "cuda"):
+        parser.error(f"--cuda-shm and --shared-memory {args.shared_memory}: give one")
+    args.shared_memory = "cuda" if args.cuda_shm else args.shared_memory
     args.request_rate = args.request_rate or args.request_rate_range
     args.concurrency = args.concurrency or args.concurrency_range or [1]
     args.url = args.url or DEFAULT_URLS[args.protocol]

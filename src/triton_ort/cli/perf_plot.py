@@ -72,7 +72,9 @@ def svg_plot(points: Sequence[Any], title: str) -> str:
     models = list(dict.fromkeys(p.model for p in points))
     for index, model in enumerate(models):
         colour = COLOURS[index % len(COLOURS)]
-        mine = sorted((p for p in points if p.model == model), key=lambda p: (p.request_rate or 0, p.concurrency))
+        mine = sorted(
+            (p for p in points if p.model == model), key=lambda p: (p.request_rate or 0, p.concurrency)
+        )
         line = " ".join(f"{x(p.infer_per_s):.1f},{y(p.p50_us / 1e3):.1f}" for p in mine)
         parts.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>')
         for p in mine:
@@ -81,9 +83,7 @@ def svg_plot(points: Sequence[Any], title: str) -> str:
                 f'<line x1="{px:.1f}" y1="{p50:.1f}" x2="{px:.1f}" y2="{p99:.1f}" stroke="{colour}"/>'
             )
             parts.append(f'<circle cx="{px:.1f}" cy="{p50:.1f}" r="4" fill="{colour}"/>')
-            parts.append(
-                f'<text x="{px + 6:.1f}" y="{p50 + 14:.1f}" fill="{colour}">{p.load}</text>'
-            )
+            parts.append(f'<text x="{px + 6:.1f}" y="{p50 + 14:.1f}" fill="{colour}">{p.load}</text>')
         legend_y = TOP + 10 + 20 * index
         parts.append(
             f'<rect x="{LEFT + plot_w + 16}" y="{legend_y - 9}" width="12" height="12" fill="{colour}"/>'

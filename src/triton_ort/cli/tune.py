@@ -133,6 +133,7 @@ def _perf_args(args: argparse.Namespace, server: LocalTritonServer) -> argparse.
         protocol=args.protocol,
         url=server.grpc_url if args.protocol == "grpc" else server.http_url,
         cuda_shm=args.cuda_shm,
+        shared_memory="cuda" if args.cuda_shm else "none",
         measurement_interval=args.measurement_interval,
         max_windows=args.max_windows,
         stability_percentage=args.stability_percentage,
@@ -209,7 +210,7 @@ async def _points(
             perf_args.url,
             slots,
             max(concurrencies),
-            perf_args.cuda_shm,
+            perf_args.shared_memory != "none",
             perf_args.metrics_url,
         ) as load:
             for concurrency in concurrencies:
