@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import csv
 import json
+import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.grpc import model_config_pb2
@@ -23,6 +25,7 @@ from tritonclient.grpc import model_config_pb2
 from tests.support import graphs
 from triton_ort.harness.repository import write_config
 from triton_ort.harness.server import LocalTritonServer, gpu_present
+from triton_ort.harness.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -227,3 +230,39 @@ def test_system_shared_memory_carries_inputs_and_outputs(
         p.name for p in set(Path("/dev/shm").iterdir()) - before if p.name.startswith("triton_ort")
     } == set()
     assert httpclient.InferenceServerClient(server.http_url).get_system_shared_memory_status() == []
+
+
+def _spawned_clients() -> set[int]:
+    """Living processes started by multiprocessing's spawn (perf's --client-processes)."""
+    found = set()
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        if any("multiprocessing.spawn" in part for part in process.info["cmdline"] or []):
+            found.add(process.info["pid"])
+    return found
+
+
+def test_load_from_several_client_processes(server: LocalTritonServer, tmp_path: Path) -> None:
+    before = _spawned_clients()
+    out = tmp_path / "perf.json"
+    done = perf(server, "optional", "--client-processes", "2", "--concurrency", "1", "4", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    points = json.loads(out.read_text())["points"]
+    assert [p["concurrency"] for p in points] == [1, 4] and all(p["requests"] > 0 for p in points)
+    assert _spawned_clients() - before == set(), "a client process outlived perf"
+
+
+def test_sigterm_stops_perf_and_its_client_processes(server: LocalTritonServer) -> None:
+    before = _spawned_clients()
+    command = [COMMAND, "perf", "-u", server.http_url, "optional", "--client-processes", "2"]
+    process = subprocess.Popen(
+        [*command, "--concurrency", "4", "-p", "5000", "--max-windows", "20"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: len(_spawned_clients() - before) == 2, 60, "two client processes")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) != 0
+    finally:
+        process.kill()
+    wait_for(lambda: not (_spawned_clients() - before), 30, "the client processes gone")

@@ -487,6 +487,8 @@ class Load:
         metrics_url: str | None = None,
     ) -> None:
         self.metrics_url = metrics_url
+        self.child_cpu_s = 0.0  # CPU time of --client-processes' processes, reported as they go
+        self.inputs: dict[str, NDArray[Any]] = {}  # what --client-processes' processes send
         self.slots_are_regions = outputs_in_shared_memory  # CUDA shared memory: one region set per slot
         self.protocol = protocol
         self.outputs_in_shared_memory = outputs_in_shared_memory
@@ -550,6 +552,9 @@ class Load:
     async def point(self, target: Target, concurrency: int, batch: int, args: argparse.Namespace) -> Point:
         """Closed-loop load at `concurrency` in windows until stable (or --max-windows)."""
         await self.ask(target, 0)  # the first answer is checked before anything is timed
+        processes = min(getattr(args, "client_processes", 1), concurrency)
+        if processes > 1:
+            return await self._point_in_processes(target, concurrency, batch, args, processes)
 
         async def drive(latencies: list[float], stopping: asyncio.Event) -> None:
             async def worker(slot: int) -> None:
@@ -559,6 +564,29 @@ class Load:
             await asyncio.gather(*(worker(slot) for slot in range(concurrency)))
 
         point = await self._windows(target, f"c={concurrency}", drive, batch, args)
+        return replace(point, concurrency=concurrency)
+
+    async def _point_in_processes(
+        self, target: Target, concurrency: int, batch: int, args: argparse.Namespace, processes: int
+    ) -> Point:
+        """The same closed loop, its requests sent from `processes` client processes (one asyncio client
+        each, the concurrency split between them): one Python process tops out below a fast server."""
+        shares = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
+        spec = {
+            "protocol": self.protocol,
+            "url": self.url,
+            "shared_memory": getattr(args, "shared_memory", "none"),
+            "inputs": self.inputs,
+            "target": target,
+        }
+        with ClientProcesses(spec, shares) as pool:
+
+            async def drive(latencies: list[float], stopping: asyncio.Event) -> None:
+                while not stopping.is_set():
+                    self.child_cpu_s += pool.collect(latencies)
+                    await asyncio.sleep(0.02)
+
+            point = await self._windows(target, f"c={concurrency}", drive, batch, args)
         return replace(point, concurrency=concurrency)
 
     async def point_at_rate(self, target: Target, rate: float, batch: int, args: argparse.Namespace) -> Point:
@@ -624,12 +652,13 @@ class Load:
         before = await self.statistics(target.name)
         driver = asyncio.create_task(drive(latencies, stopping))
         try:
-            seen, started, cpu = 0, time.perf_counter(), time.process_time()
+            seen, started, cpu = 0, time.perf_counter(), time.process_time() + self.child_cpu_s
             while len(windows) < args.max_windows:
                 done, _ = await asyncio.wait([driver], timeout=args.measurement_interval / 1e3)
                 for task in done:
                     task.result()  # a refused request or a wrong answer: raised here
-                now, cpu_now, count = time.perf_counter(), time.process_time(), len(latencies)
+                now, count = time.perf_counter(), len(latencies)
+                cpu_now = time.process_time() + self.child_cpu_s
                 statistics = await self.statistics(target.name)
                 gpu = await self.gpu()
                 window = Window(tuple(latencies[seen:count]), now - started, cpu_now - cpu, statistics, gpu)
@@ -658,6 +687,113 @@ class Load:
                 "point may measure the client more than the server"
             )
         return point
+
+
+class ClientProcesses:
+    """--client-processes: child processes that each run a closed loop over their share of the
+    concurrency and stream their answers' latencies (and their CPU time) back every 50 ms. They are stopped
+    at the end of the point, on an error, and when this process dies (a child whose pipe breaks stops)."""
+
+    def __init__(self, spec: dict[str, Any], shares: Sequence[int]) -> None:
+        self.spec = spec
+        self.shares = [share for share in shares if share > 0]
+        self.pipes: list[Any] = []
+        self.processes: list[Any] = []
+
+    def __enter__(self) -> ClientProcesses:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")  # no fork of an asyncio loop and its sockets
+        try:
+            for share in self.shares:
+                mine, theirs = context.Pipe()
+                process = context.Process(
+                    target=_client_process, args=(theirs, self.spec, share), daemon=True
+                )
+                process.start()
+                theirs.close()
+                self.pipes.append(mine)
+                self.processes.append(process)
+            for pipe in self.pipes:  # each has checked an answer before anything is timed
+                if not pipe.poll(120):
+                    raise PerfError("a client process did not start within 120 s")
+                kind, payload = pipe.recv()
+                if kind == "error":
+                    raise PerfError(payload)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def collect(self, latencies: list[float]) -> float:
+        """Append what the processes measured since the last call; their CPU time (s) over it."""
+        cpu = 0.0
+        for pipe in self.pipes:
+            while pipe.poll():
+                kind, payload = pipe.recv()
+                if kind == "error":
+                    raise PerfError(payload)
+                latencies.extend(payload[0])
+                cpu += payload[1]
+        return cpu
+
+    def __exit__(self, *exc: object) -> None:
+        for pipe in self.pipes:
+            with contextlib.suppress(OSError):
+                pipe.send("stop")
+        for process in self.processes:
+            process.join(30)
+            if process.is_alive():
+                process.kill()
+                process.join(5)
+        for pipe in self.pipes:
+            pipe.close()
+        self.pipes, self.processes = [], []
+
+
+def _client_process(pipe: Any, spec: dict[str, Any], concurrency: int) -> None:
+    """One client process of --client-processes (see ClientProcesses)."""
+    target: Target = spec["target"]
+    args = argparse.Namespace(
+        protocol=spec["protocol"], url=spec["url"], shared_memory=spec["shared_memory"], cuda_shm=False
+    )
+
+    async def run() -> None:
+        latencies: list[float] = []
+        stopping = asyncio.Event()
+        with request_slots(args, spec["inputs"], target.expected, concurrency) as slots:
+            shared = args.shared_memory != "none"
+            async with Load(args.protocol, args.url, slots, concurrency, shared) as load:
+                await load.ask(target, 0)
+                pipe.send(("ready", None))
+
+                async def worker(slot: int) -> None:
+                    while not stopping.is_set():
+                        latencies.append(await load.ask(target, slot))
+
+                workers = [asyncio.create_task(worker(slot)) for slot in range(concurrency)]
+                sent, cpu = 0, time.process_time()
+                try:
+                    while not pipe.poll():
+                        done, _ = await asyncio.wait(
+                            workers, timeout=0.05, return_when=asyncio.FIRST_EXCEPTION
+                        )
+                        for task in done:
+                            task.result()
+                        now = time.process_time()
+                        pipe.send(("latencies", (latencies[sent:], now - cpu)))
+                        sent, cpu = len(latencies), now
+                finally:
+                    stopping.set()
+                    await asyncio.gather(*workers, return_exceptions=True)
+
+    try:
+        asyncio.run(run())
+    except (BrokenPipeError, EOFError):
+        return  # the parent has gone
+    except Exception as error:
+        with contextlib.suppress(OSError):
+            pipe.send(("error", f"client process: {error}"))
 
 
 @contextlib.contextmanager
@@ -987,6 +1123,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="the same, as perf_analyzer's (END included)",
     )
     parser.add_argument(
+        "--client-processes",
+        type=_positive(int, "1 or more"),
+        default=1,
+        metavar="N",
+        help="send from N client processes, the concurrency split between them (default 1): one Python "
+        "process tops out below a fast server",
+    )
+    parser.add_argument(
         "--distribution",
         choices=["constant", "poisson"],
         default="constant",
@@ -1080,12 +1224,14 @@ async def _measure(
     targets: list[Target],
     slots: list[tuple[list[Any], list[Any]]],
     batch: int,
+    inputs: dict[str, NDArray[Any]],
 ) -> list[Point]:
     points: list[Point] = []
     metrics_url = args.metrics_url or metrics_address(args.url)
     in_flight = MAX_IN_FLIGHT if args.request_rate else max(args.concurrency)
     shared = args.shared_memory != "none"
     async with Load(args.protocol, args.url, slots, in_flight, shared, metrics_url) as load:
+        load.inputs = inputs
         for level in args.request_rate or args.concurrency:
             for target in targets:  # at each load one after the other: the same moment of the host
                 if args.request_rate:
@@ -1146,7 +1292,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         slot_count = MAX_IN_FLIGHT if args.request_rate else max(args.concurrency)
         with request_slots(args, inputs, targets[0].expected, slot_count) as slots:
-            points = asyncio.run(_measure(args, targets, slots, batch))
+            points = asyncio.run(_measure(args, targets, slots, batch, inputs))
     finally:
         if loaded:
             with contextlib.suppress(InferenceServerException):
@@ -1187,6 +1333,9 @@ def main(argv: list[str] | None = None, prog: str = "triton-ort perf") -> None:
     args.request_rate = args.request_rate or args.request_rate_range
     args.concurrency = args.concurrency or args.concurrency_range or [1]
     args.url = args.url or DEFAULT_URLS[args.protocol]
+    from triton_ort.harness.server import exit_on_termination
+
+    exit_on_termination()  # SIGTERM and SIGHUP unwind: --client-processes' processes are stopped on the way
     if args.plot and args.plot.suffix.lower() != ".svg":
         parser.error(f"--plot {args.plot}: the plot is an SVG file; name it with .svg")
     try:

@@ -139,6 +139,7 @@ def _perf_args(args: argparse.Namespace, server: LocalTritonServer) -> argparse.
         stability_percentage=args.stability_percentage,
         percentile=args.percentile,
         metrics_url=f"127.0.0.1:{server.metrics_port}",
+        client_processes=args.client_processes,
     )
 
 
@@ -408,6 +409,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default=300.0,
         metavar="S",
         help="how long one candidate's server may take to load (default 300 s)",
+    )
+    parser.add_argument(
+        "--client-processes",
+        type=positive(int, "1 or more"),
+        default=1,
+        metavar="N",
+        help="send from N client processes (as perf's; default 1)",
     )
     parser.add_argument(
         "--protocol", "-i", choices=["http", "grpc"], default="http", type=str.lower, help="default http"
