@@ -813,7 +813,7 @@ def request_slots(
             items.append(item)
         yield [(items, [module.InferRequestedOutput(spec.name) for spec in expected])]
         return
-    option = f"--shared-memory {kind}"
+    option = "--cuda-shm" if getattr(args, "cuda_shm", False) else f"--shared-memory {kind}"  # as typed
     strings = [name for name, array in inputs.items() if array.dtype.kind in "OSU"]
     if strings:
         raise RequestError(f"{option}: input {strings[0]!r} holds strings; shared memory takes numbers")
