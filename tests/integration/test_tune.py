@@ -44,7 +44,17 @@ def tune(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_two_candidates_are_measured_and_the_winner_is_written(tmp_path: Path) -> None:
     folder = _demo(tmp_path / "demo")
     before = (folder / "config.pbtxt").read_text()
-    done = tune(folder, "--instances", "1", "2", "--write", "--json", str(tmp_path / "tune.json"))
+    args = (
+        "--instances",
+        "1",
+        "2",
+        "--client-processes",
+        "2",
+        "--write",
+        "--json",
+        str(tmp_path / "tune.json"),
+    )
+    done = tune(folder, *args)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0].split()[:2] == ["candidate", "infer/s"]

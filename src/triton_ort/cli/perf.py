@@ -485,10 +485,11 @@ class Load:
         concurrency: int,
         outputs_in_shared_memory: bool = False,
         metrics_url: str | None = None,
+        inputs: dict[str, NDArray[Any]] | None = None,
     ) -> None:
         self.metrics_url = metrics_url
         self.child_cpu_s = 0.0  # CPU time of --client-processes' processes, reported as they go
-        self.inputs: dict[str, NDArray[Any]] = {}  # what --client-processes' processes send
+        self.inputs = inputs or {}  # the request's arrays: what --client-processes' processes send
         self.slots_are_regions = outputs_in_shared_memory  # CUDA shared memory: one region set per slot
         self.protocol = protocol
         self.outputs_in_shared_memory = outputs_in_shared_memory
@@ -554,6 +555,7 @@ class Load:
         await self.ask(target, 0)  # the first answer is checked before anything is timed
         processes = min(getattr(args, "client_processes", 1), concurrency)
         if processes > 1:
+            assert self.inputs, "--client-processes: Load was given no inputs to send"
             return await self._point_in_processes(target, concurrency, batch, args, processes)
 
         async def drive(latencies: list[float], stopping: asyncio.Event) -> None:
@@ -1230,8 +1232,7 @@ async def _measure(
     metrics_url = args.metrics_url or metrics_address(args.url)
     in_flight = MAX_IN_FLIGHT if args.request_rate else max(args.concurrency)
     shared = args.shared_memory != "none"
-    async with Load(args.protocol, args.url, slots, in_flight, shared, metrics_url) as load:
-        load.inputs = inputs
+    async with Load(args.protocol, args.url, slots, in_flight, shared, metrics_url, inputs) as load:
         for level in args.request_rate or args.concurrency:
             for target in targets:  # at each load one after the other: the same moment of the host
                 if args.request_rate:

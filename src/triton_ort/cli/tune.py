@@ -213,6 +213,7 @@ async def _points(
             max(concurrencies),
             perf_args.shared_memory != "none",
             perf_args.metrics_url,
+            inputs,
         ) as load:
             for concurrency in concurrencies:
                 points.append(await load.point(target, concurrency, batch, perf_args))
