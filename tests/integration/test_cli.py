@@ -130,8 +130,8 @@ def test_an_input_file_the_model_cannot_take_is_refused(
 
 def test_bad_input_arguments_are_refused(server: LocalTritonServer, tmp_path: Path) -> None:
     x = save(tmp_path / "x.npy", np.zeros((2, 2010), np.float32))
-    both = cli(server, "infer", "demo", "--batch", "2", "--input", f"np_script_embeddings={x}")
-    assert_one_line_error(both, 2, "--batch 2 with --input", "leave --batch out")
+    both = cli(server, "infer", "demo", "--batch", "3", "--input", f"np_script_embeddings={x}")
+    assert_one_line_error(both, 2, "--batch 3: the batch is the files' first axis, 2", "leave --batch out")
     unknown = cli(server, "infer", "demo", "--input", f"embeddings={x}")
     assert_one_line_error(unknown, 2, "'embeddings'", "expected one of np_script_embeddings")
     missing = cli(server, "infer", "demo", "--input", f"np_script_embeddings={tmp_path / 'none.npy'}")
