@@ -92,7 +92,10 @@ def _demo(path: Path) -> Path:
 # your_model.onnx: the demo (one input), and a model of three inputs of three element types, so that the
 # recipe's snippet is shown to take every input's name, type and shape from the file.
 def _bert(path: Path) -> Path:
-    return bert_encoder(path, token_types=True)
+    try:
+        return bert_encoder(path, token_types=True)
+    except ImportError as error:  # the GPU test host's transformers cannot import BertModel (exported.py)
+        pytest.skip(f"transformers installed but could not export: {str(error).splitlines()[0]}")
 
 
 # And a transformers BERT (random weights, no download), whose token ids and token types index tables:

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.integration
 
 COMMAND = str(Path(sys.executable).parent / "triton-ort")
 SHORT = ("--batch", "2", "--concurrency", "1", "2", "-p", "200", "--max-windows", "3", "--queue-delays", "0")
+ONLY_INSTANCES = ("--levers", "instances")  # on a GPU host too: the two instance counts, nothing more
 
 
 def _demo(folder: Path) -> Path:

@@ -94,3 +94,9 @@ def test_no_candidate_starts_after_the_time_bound(model_dir: Path, monkeypatch: 
     monkeypatch.setattr("triton_ort.cli.tune.time.monotonic", lambda: next(times))
     results = tune.search(model_dir, _args(max_minutes=1.0), report=said.append)
     assert len(results) == 1 and said[-1] == "tune: --max-minutes 1 reached; 4 candidate(s) not tried"
+
+
+def test_levers_not_named_are_not_moved() -> None:
+    args = _args(levers=["instances", "cuda-graphs"])
+    assert [field for field, _ in tune.stages(args, gpu=True)] == ["instances", "cuda_graphs"]
+    assert [field for field, _ in tune.stages(args, gpu=False)] == ["instances"]

@@ -48,6 +48,14 @@ from triton_ort.options import DEFAULT_HOST_OUTPUT_MAX_BYTES
 INSTANCES = (1, 2, 4)
 QUEUE_DELAYS_US = (0, 100, 500)
 PLACEMENTS = ("auto", "device", "host")
+# --levers: the name a user gives -> the Candidate field it moves
+LEVERS = {
+    "instances": "instances",
+    "queue-delay": "queue_delay_us",
+    "cuda-graphs": "cuda_graphs",
+    "output-placement": "output_placement",
+    "mps": "mps",
+}
 
 
 @dataclass(frozen=True)
@@ -221,14 +229,15 @@ async def _points(
 
 
 def stages(args: argparse.Namespace, gpu: bool) -> list[tuple[str, Any]]:
-    """The levers in the order tried: (field, values)."""
+    """The levers in the order tried, of those --levers names: (Candidate field, values)."""
     levers: list[tuple[str, Any]] = [("instances", args.instances), ("queue_delay_us", args.queue_delays)]
     if gpu:
         levers.append(("cuda_graphs", (True, False)))
         levers.append(("output_placement", PLACEMENTS))
         if shutil.which("nvidia-cuda-mps-control"):
             levers.append(("mps", (False, True)))
-    return levers
+    chosen = {LEVERS[name] for name in getattr(args, "levers", LEVERS)}
+    return [(field, values) for field, values in levers if field in chosen]
 
 
 def search(model_dir: Path, args: argparse.Namespace, report: Any = print) -> list[Result]:
@@ -410,6 +419,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default=300.0,
         metavar="S",
         help="how long one candidate's server may take to load (default 300 s)",
+    )
+    parser.add_argument(
+        "--levers",
+        nargs="+",
+        choices=list(LEVERS),
+        default=list(LEVERS),
+        help="the levers to move (default all; the GPU ones only for GPU instances, mps only where the "
+        "host has it)",
     )
     parser.add_argument(
         "--client-processes",
