@@ -58,11 +58,11 @@ def test_two_candidates_are_measured_and_the_winner_is_written(tmp_path: Path) -
     done = tune(folder, *args)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    assert lines[0].split()[:2] == ["candidate", "infer/s"]
+    assert lines[0].split()[:2] == ["candidate", "infer/s"], done.stdout
     rows = [line for line in lines[2:] if "inst, delay" in line and not line.startswith("winner")]
-    assert {row.split(",")[0] for row in rows} == {"1 inst", "2 inst"}, done.stdout
+    assert {row.split(",")[0] for row in rows} == {"1 inst", "2 inst"}, done.stdout + done.stderr[-3000:]
     report = json.loads((tmp_path / "tune.json").read_text())
-    assert [r["error"] for r in report] == [None, None]
+    assert [r["error"] for r in report] == [None, None], done.stdout + done.stderr[-3000:]
     assert all(len(r["points"]) == 2 and r["score_infer_per_s"] > 0 and r["rss_mib"] > 0 for r in report)
     best = max(report, key=lambda r: r["score_infer_per_s"])
     assert f"winner: {best['candidate']}" in done.stdout
