@@ -266,3 +266,21 @@ def test_sigterm_stops_perf_and_its_client_processes(server: LocalTritonServer) 
     finally:
         process.kill()
     wait_for(lambda: not (_spawned_clients() - before), 30, "the client processes gone")
+
+
+def test_perf_analyzers_json_input_data_with_several_requests(
+    server: LocalTritonServer, tmp_path: Path
+) -> None:
+    """Two requests of different lengths from one JSON file, sent in turn; every answer checked."""
+    path = tmp_path / "data.json"
+    entries = [{"x": [[1.0] * n], "y": [[2.0] * n]} for n in (3, 7)]
+    path.write_text(json.dumps({"data": entries}))
+    out = tmp_path / "perf.json"
+    done = perf(server, "open_axes", "--input-data", str(path), "--concurrency", "2", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["requests_in_data"] == 2 and report["inputs"] == {
+        "x": "float32[1, 3]",
+        "y": "float32[1, 3]",
+    }
+    assert report["points"][0]["requests"] > 0

@@ -5,8 +5,11 @@ lines, and the reports."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import csv
 import io
+import json
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Any
@@ -377,3 +380,35 @@ def test_a_percentile_judges_stability_instead_of_the_mean() -> None:
 def test_the_metrics_endpoint_is_guessed_only_beside_tritons_default_ports() -> None:
     assert perf.metrics_address("10.0.0.5:8001") == "10.0.0.5:8002"
     assert perf.metrics_address("127.0.0.1:31000") is None
+
+
+def test_several_json_requests_are_sent_in_turn(tmp_path: Path) -> None:
+    """perf_analyzer's JSON input data with three requests: each a whole request (the first's made-up
+    inputs filled in), sent one after the other by whichever slot sends next."""
+    path = tmp_path / "data.json"
+    rows = [{"ids": [[i, i]], "mask": [[1] * 16], "text": [["w"]]} for i in range(3)]
+    path.write_text(json.dumps({"data": rows}))
+    first, batch = perf.build_inputs(SIGNATURE, META, None, input_data=str(path))
+    requests = perf.json_requests(SIGNATURE, META, str(path), first)
+    assert batch == 1 and [r["ids"].tolist() for r in requests] == [[[0, 0]], [[1, 1]], [[2, 2]]]
+    args = argparse.Namespace(protocol="http", shared_memory="none", cuda_shm=False)
+    with perf.request_slots(args, requests, [], 4) as slots:
+        sent: list[Any] = []
+
+        class Client:
+            async def infer(self, model: str, inputs: list[Any], outputs: Any) -> Any:
+                sent.append(inputs)
+                return type("Result", (), {"get_response": lambda self: {"outputs": []}})()
+
+        load = perf.Load("http", "127.0.0.1:1", slots, 4)
+        load.client = Client()
+        target = perf.Target("m", [])
+        for _ in range(4):
+            asyncio.run(load.ask(target, 0))  # one slot asks each time: the requests still take turns
+    assert [slots.index(next(s for s in slots if s[0] is inputs)) for inputs in sent] == [0, 1, 2, 0]
+    shared = argparse.Namespace(protocol="http", shared_memory="system")
+    with (
+        pytest.raises(RequestError, match="3 requests is sent in the request body"),
+        perf.request_slots(shared, requests, [], 1),
+    ):
+        pass

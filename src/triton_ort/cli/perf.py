@@ -272,6 +272,27 @@ def build_inputs(
     return inputs, batch
 
 
+def json_requests(
+    signature: ModelSignature, metadata: Mapping[str, Any], input_data: str, first: dict[str, NDArray[Any]]
+) -> list[dict[str, NDArray[Any]]]:
+    """Every request of perf_analyzer's JSON input data (--input-data FILE.json), sent in turn: the first is
+    `first` (build_inputs made it from the file's first entry), each later entry replaces the arrays it
+    gives in it; all of one batch. Any other --input-data: [first]."""
+    if input_data in INPUT_DATA_MODES or Path(input_data).suffix != ".json":
+        return [first]
+    datatypes = {meta.name: meta.datatype for meta in tensor_metas(metadata, "inputs")}
+    requests = [first]
+    batch = signature.check_inputs(first)
+    for index, entry in enumerate(read_json_input_data(Path(input_data), datatypes)[1:], start=1):
+        request = {**first, **entry}
+        if signature.check_inputs(request) != batch:
+            raise RequestError(
+                f"--input-data {input_data}: data[{index}] is not of the first entry's batch {batch}"
+            )
+        requests.append(request)
+    return requests
+
+
 # --- windows and stability -------------------------------------------------------------------------
 
 
@@ -485,11 +506,12 @@ class Load:
         concurrency: int,
         outputs_in_shared_memory: bool = False,
         metrics_url: str | None = None,
-        inputs: dict[str, NDArray[Any]] | None = None,
+        requests: list[dict[str, NDArray[Any]]] | None = None,
     ) -> None:
         self.metrics_url = metrics_url
         self.child_cpu_s = 0.0  # CPU time of --client-processes' processes, reported as they go
-        self.inputs = inputs or {}  # the request's arrays: what --client-processes' processes send
+        self.requests = requests or []  # the requests' arrays: what --client-processes' processes send
+        self.turn = 0  # requests in the body take the slots in turn (several JSON input-data requests)
         self.slots_are_regions = outputs_in_shared_memory  # CUDA shared memory: one region set per slot
         self.protocol = protocol
         self.outputs_in_shared_memory = outputs_in_shared_memory
@@ -538,6 +560,8 @@ class Load:
 
     async def ask(self, target: Target, slot: int) -> float:
         """One request on a slot's tensors; its latency (s). A refusal or a wrong answer raises PerfError."""
+        if not self.slots_are_regions:  # the body's requests in turn; a region set belongs to its slot
+            slot, self.turn = self.turn, self.turn + 1
         inputs, outputs = self.slots[slot % len(self.slots)]
         started = time.perf_counter()
         try:
@@ -555,7 +579,7 @@ class Load:
         await self.ask(target, 0)  # the first answer is checked before anything is timed
         processes = min(getattr(args, "client_processes", 1), concurrency)
         if processes > 1:
-            assert self.inputs, "--client-processes: Load was given no inputs to send"
+            assert self.requests, "--client-processes: Load was given no requests to send"
             return await self._point_in_processes(target, concurrency, batch, args, processes)
 
         async def drive(latencies: list[float], stopping: asyncio.Event) -> None:
@@ -578,7 +602,7 @@ class Load:
             "protocol": self.protocol,
             "url": self.url,
             "shared_memory": getattr(args, "shared_memory", "none"),
-            "inputs": self.inputs,
+            "requests": self.requests,
             "target": target,
         }
         with ClientProcesses(spec, shares) as pool:
@@ -763,7 +787,7 @@ def _client_process(pipe: Any, spec: dict[str, Any], concurrency: int) -> None:
     async def run() -> None:
         latencies: list[float] = []
         stopping = asyncio.Event()
-        with request_slots(args, spec["inputs"], target.expected, concurrency) as slots:
+        with request_slots(args, spec["requests"], target.expected, concurrency) as slots:
             shared = args.shared_memory != "none"
             async with Load(args.protocol, args.url, slots, concurrency, shared) as load:
                 await load.ask(target, 0)
@@ -800,21 +824,34 @@ def _client_process(pipe: Any, spec: dict[str, Any], concurrency: int) -> None:
 
 @contextlib.contextmanager
 def request_slots(
-    args: argparse.Namespace, inputs: dict[str, NDArray[Any]], expected: list[OutputSpec], count: int
+    args: argparse.Namespace,
+    requests: dict[str, NDArray[Any]] | list[dict[str, NDArray[Any]]],
+    expected: list[OutputSpec],
+    count: int,
 ) -> Iterator[list[tuple[list[Any], list[Any]]]]:
     """The request tensors: numpy in the body (one set, shared by every slot), or with --shared-memory a
     set of registered regions for each slot (its own outputs; CUDA or system shared memory), removed at the
     end."""
     module = PROTOCOLS[args.protocol]
     kind = args.shared_memory
+    requests = [requests] if isinstance(requests, dict) else requests
     if kind == "none":
-        items = []
-        for name, array in inputs.items():
-            item = module.InferInput(name, list(array.shape), _wire_type(array))
-            item.set_data_from_numpy(array)
-            items.append(item)
-        yield [(items, [module.InferRequestedOutput(spec.name) for spec in expected])]
+        slots = []
+        for inputs in requests:  # one slot per request, sent in turn (Load.ask)
+            items = []
+            for name, array in inputs.items():
+                item = module.InferInput(name, list(array.shape), _wire_type(array))
+                item.set_data_from_numpy(array)
+                items.append(item)
+            slots.append((items, [module.InferRequestedOutput(spec.name) for spec in expected]))
+        yield slots
         return
+    if len(requests) > 1:
+        raise RequestError(
+            f"--input-data with {len(requests)} requests is sent in the request body; leave out "
+            "--shared-memory / --cuda-shm, or give one request"
+        )
+    inputs = requests[0]
     option = "--cuda-shm" if getattr(args, "cuda_shm", False) else f"--shared-memory {kind}"  # as typed
     strings = [name for name, array in inputs.items() if array.dtype.kind in "OSU"]
     if strings:
@@ -1226,13 +1263,13 @@ async def _measure(
     targets: list[Target],
     slots: list[tuple[list[Any], list[Any]]],
     batch: int,
-    inputs: dict[str, NDArray[Any]],
+    requests: list[dict[str, NDArray[Any]]],
 ) -> list[Point]:
     points: list[Point] = []
     metrics_url = args.metrics_url or metrics_address(args.url)
     in_flight = MAX_IN_FLIGHT if args.request_rate else max(args.concurrency)
     shared = args.shared_memory != "none"
-    async with Load(args.protocol, args.url, slots, in_flight, shared, metrics_url, inputs) as load:
+    async with Load(args.protocol, args.url, slots, in_flight, shared, metrics_url, requests) as load:
         for level in args.request_rate or args.concurrency:
             for target in targets:  # at each load one after the other: the same moment of the host
                 if args.request_rate:
@@ -1280,6 +1317,7 @@ def run(args: argparse.Namespace) -> int:
         input_data=args.input_data,
         ranges=ranges,
     )
+    requests = json_requests(signature, metadata, args.input_data, inputs)
     batched = signature.max_batch_size > 0
     targets = [Target(args.model, expected_outputs(metadata, batch, batched))]
     native = args.native_model or f"{args.model}{NATIVE_SUFFIX}"
@@ -1292,8 +1330,8 @@ def run(args: argparse.Namespace) -> int:
             note(why)
     try:
         slot_count = MAX_IN_FLIGHT if args.request_rate else max(args.concurrency)
-        with request_slots(args, inputs, targets[0].expected, slot_count) as slots:
-            points = asyncio.run(_measure(args, targets, slots, batch, inputs))
+        with request_slots(args, requests, targets[0].expected, slot_count) as slots:
+            points = asyncio.run(_measure(args, targets, slots, batch, requests))
     finally:
         if loaded:
             with contextlib.suppress(InferenceServerException):
@@ -1309,6 +1347,7 @@ def run(args: argparse.Namespace) -> int:
         "transport": {"none": "numpy", "cuda": "cuda-shm", "system": "system-shm"}[args.shared_memory],
         "batch": batch,
         "inputs": {name: f"{array.dtype}{list(array.shape)}" for name, array in inputs.items()},
+        "requests_in_data": len(requests),
         "measurement_interval_ms": args.measurement_interval,
         "stability_percentage": args.stability_percentage,
         "max_windows": args.max_windows,

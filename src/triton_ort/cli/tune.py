@@ -221,7 +221,7 @@ async def _points(
             max(concurrencies),
             perf_args.shared_memory != "none",
             perf_args.metrics_url,
-            inputs,
+            [inputs],
         ) as load:
             for concurrency in concurrencies:
                 points.append(await load.point(target, concurrency, batch, perf_args))
