@@ -22,6 +22,7 @@ from tritonclient.utils import triton_to_np_dtype
 
 from triton_ort.cli.request_checks import RequestError
 from triton_ort.errors import ConfigError
+from triton_ort.harness.reference import random_values
 from triton_ort.input_ranges import ValueRange, parse_range
 
 INPUT_DATA_MODES = ("random", "zero")
@@ -109,17 +110,10 @@ def check_range_names(ranges: Mapping[str, Any], names: Sequence[str]) -> None:
 def generated(
     datatype: str, shape: Sequence[int], rng: np.random.Generator, mode: str, value_range: ValueRange | None
 ) -> NDArray[Any]:
-    """One input's made-up values: zeros, or random (floats normal, booleans either, integers within
-    `value_range`)."""
-    dtype = np.dtype(triton_to_np_dtype(datatype))
+    """One input's made-up values: zeros, or random (harness.reference.random_values)."""
     if mode == "zero":
-        return np.zeros(shape, dtype)
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.integers(0, 2, shape).astype(bool)
-    low, high = (value_range.low, value_range.high) if value_range else (0, 99)
-    return rng.integers(low, high, shape, endpoint=True).astype(dtype)
+        return np.zeros(shape, np.dtype(triton_to_np_dtype(datatype)))
+    return random_values(datatype, shape, rng, value_range)
 
 
 def read_json_input_data(path: Path, datatypes: Mapping[str, str]) -> list[dict[str, NDArray[Any]]]:

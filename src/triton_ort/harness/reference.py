@@ -42,7 +42,15 @@ def random_array(
     """An array of a model input's type and shape; variable axes take `rows` (the first) or 1; integers
     within `value_range` (both ends) where given, else 0 to 99."""
     shape = [rows if (d < 0 and axis == 0) else (1 if d < 0 else d) for axis, d in enumerate(meta.shape)]
-    dtype = np.dtype(triton_to_np_dtype(meta.datatype))
+    return random_values(meta.datatype, shape, rng, value_range)
+
+
+def random_values(
+    datatype: str, shape: Sequence[int], rng: np.random.Generator, value_range: ValueRange | None = None
+) -> NDArray[Any]:
+    """Random values of a Triton datatype: floats normal, booleans either, integers within `value_range`
+    (both ends) where given, else 0 to 99."""
+    dtype = np.dtype(triton_to_np_dtype(datatype))
     if dtype.kind == "f":
         return rng.standard_normal(shape).astype(dtype)
     if dtype.kind == "b":
