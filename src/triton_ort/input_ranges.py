@@ -17,10 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-
-import onnx
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    import onnx  # imported where a graph is read: the client image ships the clients without onnx
 
 PARAMETER = "input_ranges"
 DEFAULT_RANGE = (0, 1)
@@ -46,18 +48,7 @@ _INDEXING: dict[tuple[str, str], dict[int, int]] = {
     # input_ids -> word_embedding, segment_ids -> segment_embedding, position_ids -> position_embedding
     ("com.microsoft", "EmbedLayerNormalization"): {0: 2, 1: 4, 8: 3},
 }
-_INTEGER_TYPES = frozenset(
-    {
-        onnx.TensorProto.INT8,
-        onnx.TensorProto.INT16,
-        onnx.TensorProto.INT32,
-        onnx.TensorProto.INT64,
-        onnx.TensorProto.UINT8,
-        onnx.TensorProto.UINT16,
-        onnx.TensorProto.UINT32,
-        onnx.TensorProto.UINT64,
-    }
-)
+# Triton's datatype names, which are also ONNX's names of the same element types (TensorProto.DataType).
 _INTEGER_DATATYPES = frozenset({"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"})
 
 
@@ -94,6 +85,8 @@ def _gather_axis(node: onnx.NodeProto) -> int:
 
 def index_ranges(model: onnx.ModelProto) -> dict[str, ValueRange]:
     """The integer graph inputs that index a table of known size, with the range that table accepts."""
+    import onnx
+
     graph = model.graph
     consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
     for node in graph.node:
@@ -104,7 +97,7 @@ def index_ranges(model: onnx.ModelProto) -> dict[str, ValueRange]:
     for graph_input in graph.input:
         if graph_input.name in initializers:
             continue
-        if graph_input.type.tensor_type.elem_type not in _INTEGER_TYPES:
+        if onnx.TensorProto.DataType.Name(graph_input.type.tensor_type.elem_type) not in _INTEGER_DATATYPES:
             continue
         best: ValueRange | None = None
         seen, frontier = {graph_input.name}, [graph_input.name]
@@ -129,6 +122,8 @@ def index_ranges(model: onnx.ModelProto) -> dict[str, ValueRange]:
 
 def index_ranges_in_file(path: Path) -> dict[str, ValueRange]:
     """index_ranges of an ONNX file, its external weights left unread (only the tables' shapes count)."""
+    import onnx
+
     return index_ranges(onnx.load(str(path), load_external_data=False))
 
 

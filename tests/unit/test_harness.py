@@ -3,6 +3,7 @@ process readings, the reference comparison."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -125,6 +126,43 @@ def test_the_harness_and_the_clients_import_no_torch() -> None:
     checked = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert checked.returncode == 0, checked.stderr
     assert checked.stdout.strip() == "False", f"importing {modules} loaded torch"
+
+
+_DOCKER = Path(__file__).resolve().parents[2] / "docker"
+
+
+def _normalized(distribution: str) -> str:
+    return distribution.lower().replace("_", "-").replace(".", "-")
+
+
+def test_the_client_image_entry_point_imports_only_what_the_image_installs() -> None:
+    """The client image (docker/client.Dockerfile) runs its ENTRYPOINT module with the distributions that
+    docker/requirements-client.txt pins and nothing else: every distribution that importing that module
+    loads must be pinned there (onnx, torch and tqdm are not)."""
+    dockerfile = (_DOCKER / "client.Dockerfile").read_text()
+    entrypoint = json.loads(
+        next(line for line in dockerfile.splitlines() if line.startswith("ENTRYPOINT"))[10:]
+    )
+    module = entrypoint[entrypoint.index("-m") + 1]
+    code = (
+        "import importlib, importlib.metadata, json, sys\n"
+        "before = set(sys.modules)\n"
+        f"importlib.import_module({module!r})\n"
+        "owners = importlib.metadata.packages_distributions()\n"
+        "top = {name.partition('.')[0] for name in set(sys.modules) - before}\n"
+        "print(json.dumps(sorted({d for t in top for d in owners.get(t, [])})))"
+    )
+    checked = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0, checked.stderr
+    pinned = {
+        _normalized(line.split("==")[0].strip())
+        for line in (_DOCKER / "requirements-client.txt").read_text().splitlines()
+        if "==" in line and not line.lstrip().startswith("#")
+    }
+    # this project itself: installed in the venv, copied into the image as triton_ort/
+    loaded = {_normalized(name) for name in json.loads(checked.stdout)} - {"triton-ort"}
+    assert loaded, f"importing {module} loaded no distribution at all: the check reads nothing"
+    assert loaded <= pinned, f"{module} loads {sorted(loaded - pinned)}, which the client image lacks"
 
 
 def test_the_runtime_imports_neither_the_harness_nor_the_cli() -> None:
