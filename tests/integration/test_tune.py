@@ -51,6 +51,8 @@ def test_two_candidates_are_measured_and_the_winner_is_written(tmp_path: Path) -
         "2",
         "--client-processes",
         "2",
+        "--shared-memory",
+        "system",
         "--write",
         "--json",
         str(tmp_path / "tune.json"),

@@ -100,3 +100,18 @@ def test_levers_not_named_are_not_moved() -> None:
     args = _args(levers=["instances", "cuda-graphs"])
     assert [field for field, _ in tune.stages(args, gpu=True)] == ["instances", "cuda_graphs"]
     assert [field for field, _ in tune.stages(args, gpu=False)] == ["instances"]
+
+
+def test_tune_measures_as_perf_does_with_perfs_own_options(tmp_path: Path) -> None:
+    """tune takes perf's measurement options (one definition, perf.add_measurement_options), system shared
+    memory included, and refuses the same contradictions."""
+    parser = tune.build_parser("triton-ort tune")
+    args = parser.parse_args([str(tmp_path), "--shared-memory", "system", "-i", "grpc", "--percentile", "95"])
+    perf.resolve_shared_memory(parser, args)
+    assert (args.shared_memory, args.protocol, args.percentile) == ("system", "grpc", 95.0)
+    assert (args.measurement_interval, args.max_windows) == (1000.0, 6)  # tune's shorter windows
+    server = argparse.Namespace(grpc_url="127.0.0.1:1", http_url="127.0.0.1:2", metrics_port=3)
+    assert tune._perf_args(args, server).shared_memory == "system"  # type: ignore[arg-type]
+    args = parser.parse_args([str(tmp_path), "--cuda-shm", "--shared-memory", "system"])
+    with pytest.raises(SystemExit):
+        perf.resolve_shared_memory(parser, args)

@@ -1057,7 +1057,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}; see --help\n")
 
 
-def _positive(kind: type, what: str) -> Any:
+def positive(kind: type, what: str) -> Any:
+    """An argparse type: a number of `kind` above 0, else an error that says `what` is expected."""
+
     def parse(text: str) -> Any:
         try:
             value = kind(text)
@@ -1105,7 +1107,7 @@ def concurrency_range(text: str) -> list[int]:
     return list(range(parts[0], parts[1] + 1, step))
 
 
-def _percentile(text: str) -> float:
+def percentile(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -1113,6 +1115,70 @@ def _percentile(text: str) -> float:
     if not 1 <= value <= 99:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a percentile from 1 to 99 (e.g. 95)")
     return value
+
+
+def add_measurement_options(
+    parser: argparse.ArgumentParser, measurement_interval_ms: float, max_windows: int
+) -> None:
+    """How a point is measured, the same in perf and tune: protocol, transport, client processes, the
+    windows and the latency that judges them. `resolve_shared_memory` completes them after parsing."""
+    parser.add_argument(
+        "-i", "--protocol", choices=["http", "grpc"], default="http", type=str.lower, help="default http"
+    )
+    parser.add_argument(
+        "--client-processes",
+        type=positive(int, "1 or more"),
+        default=1,
+        metavar="N",
+        help="send from N client processes, the concurrency split between them (default 1): one Python "
+        "process tops out below a fast server",
+    )
+    parser.add_argument(
+        "--shared-memory",
+        choices=["none", "system", "cuda"],
+        default="none",
+        help="inputs and outputs in registered regions: system shared memory (a client on the server's host) "
+        "or CUDA shared memory (GPU hosts); default none: in the request body",
+    )
+    parser.add_argument("--cuda-shm", action="store_true", help="short for --shared-memory cuda")
+    parser.add_argument(
+        "-p",
+        "--measurement-interval",
+        type=positive(float, "milliseconds above 0"),
+        default=measurement_interval_ms,
+        metavar="MS",
+        help="length of a measurement window (default %(default)g ms)",
+    )
+    parser.add_argument(
+        "-s",
+        "--stability-percentage",
+        type=positive(float, "a percentage above 0"),
+        default=10.0,
+        metavar="PCT",
+        help=f"the last {STABLE_WINDOWS} windows must agree within it (default 10)",
+    )
+    parser.add_argument(
+        "--max-windows",
+        "--max-trials",
+        type=positive(int, "1 or more"),
+        default=max_windows,
+        metavar="N",
+        help="windows per point at most (default %(default)s)",
+    )
+    parser.add_argument(
+        "--percentile",
+        type=percentile,
+        metavar="P",
+        help="the latency percentile (1-99) that judges stability, the latency limit and the report "
+        "(default: the mean, as perf_analyzer)",
+    )
+
+
+def resolve_shared_memory(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--cuda-shm is short for --shared-memory cuda; the two disagreeing is an error."""
+    if args.cuda_shm and args.shared_memory not in ("none", "cuda"):
+        parser.error(f"--cuda-shm and --shared-memory {args.shared_memory}: give one")
+    args.shared_memory = "cuda" if args.cuda_shm else args.shared_memory
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -1124,22 +1190,19 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "-m", dest="model_option", metavar="MODEL", help="the same, as perf_analyzer takes it"
     )
     parser.add_argument(
-        "-i", "--protocol", choices=["http", "grpc"], default="http", type=str.lower, help="default http"
-    )
-    parser.add_argument(
         "-u", "--url", type=host_port, help="host:port (default 127.0.0.1:8000 for http, :8001 for grpc)"
     )
     parser.add_argument(
         "-b",
         "--batch-size",
-        type=_positive(int, "1 or more"),
+        type=positive(int, "1 or more"),
         metavar="N",
         help="rows per request (default 1)",
     )
     sweep = parser.add_mutually_exclusive_group()
     sweep.add_argument(
         "--concurrency",
-        type=_positive(int, "1 or more"),
+        type=positive(int, "1 or more"),
         nargs="+",
         metavar="N",
         help="requests in flight, one point each (default 1)",
@@ -1149,7 +1212,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     sweep.add_argument(
         "--request-rate",
-        type=_positive(float, "requests per second above 0"),
+        type=positive(float, "requests per second above 0"),
         nargs="+",
         metavar="R",
         help="instead: open-loop load at these rates (requests/s), one point each; at most "
@@ -1160,14 +1223,6 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         type=request_rate_range,
         metavar="START:END[:STEP]",
         help="the same, as perf_analyzer's (END included)",
-    )
-    parser.add_argument(
-        "--client-processes",
-        type=_positive(int, "1 or more"),
-        default=1,
-        metavar="N",
-        help="send from N client processes, the concurrency split between them (default 1): one Python "
-        "process tops out below a fast server",
     )
     parser.add_argument(
         "--distribution",
@@ -1191,48 +1246,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--string-data", metavar="TEXT", help="every string input element (default random words)"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    parser.add_argument(
-        "--shared-memory",
-        choices=["none", "system", "cuda"],
-        default="none",
-        help="inputs and outputs in registered regions: system shared memory (a client on the server's host) "
-        "or CUDA shared memory (GPU hosts); default none: in the request body",
-    )
-    parser.add_argument("--cuda-shm", action="store_true", help="short for --shared-memory cuda")
-    parser.add_argument(
-        "-p",
-        "--measurement-interval",
-        type=_positive(float, "milliseconds above 0"),
-        default=2000.0,
-        metavar="MS",
-        help="length of a measurement window (default 2000 ms)",
-    )
-    parser.add_argument(
-        "-s",
-        "--stability-percentage",
-        type=_positive(float, "a percentage above 0"),
-        default=10.0,
-        metavar="PCT",
-        help=f"the last {STABLE_WINDOWS} windows must agree within it (default 10)",
-    )
-    parser.add_argument(
-        "--max-windows",
-        "--max-trials",
-        type=_positive(int, "1 or more"),
-        default=10,
-        metavar="N",
-        help="windows per point at most (default 10)",
-    )
-    parser.add_argument(
-        "--percentile",
-        type=_percentile,
-        metavar="P",
-        help="judge stability, --latency-threshold and the report by this latency percentile (1-99; "
-        "default: the mean, as perf_analyzer)",
-    )
+    add_measurement_options(parser, measurement_interval_ms=2000.0, max_windows=10)
     parser.add_argument(
         "--latency-threshold",
-        type=_positive(float, "milliseconds above 0"),
+        type=positive(float, "milliseconds above 0"),
         metavar="MS",
         help="end the sweep after the first concurrency whose latency (the mean, or --percentile's) is "
         "above it",
@@ -1367,9 +1384,7 @@ def main(argv: list[str] | None = None, prog: str = "triton-ort perf") -> None:
     args.model = args.model or args.model_option
     if not args.model:
         parser.error("no model: give its name (triton-ort perf MODEL, or -m MODEL)")
-    if args.cuda_shm and args.shared_memory not in ("none", "cuda"):
-        parser.error(f"--cuda-shm and --shared-memory {args.shared_memory}: give one")
-    args.shared_memory = "cuda" if args.cuda_shm else args.shared_memory
+    resolve_shared_memory(parser, args)
     args.request_rate = args.request_rate or args.request_rate_range
     args.concurrency = args.concurrency or args.concurrency_range or [1]
     args.url = args.url or DEFAULT_URLS[args.protocol]

@@ -141,7 +141,7 @@ def _perf_args(args: argparse.Namespace, server: LocalTritonServer) -> argparse.
         protocol=args.protocol,
         url=server.grpc_url if args.protocol == "grpc" else server.http_url,
         cuda_shm=args.cuda_shm,
-        shared_memory="cuda" if args.cuda_shm else "none",
+        shared_memory=args.shared_memory,
         measurement_interval=args.measurement_interval,
         max_windows=args.max_windows,
         stability_percentage=args.stability_percentage,
@@ -330,7 +330,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    positive = perf._positive
+    positive = perf.positive
     parser.add_argument("model_dir", type=Path, help="the model folder: config.pbtxt and its version folders")
     parser.add_argument(
         "--batch",
@@ -354,12 +354,6 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         type=positive(float, "milliseconds above 0"),
         metavar="MS",
         help="a candidate fits when every point's latency is within it (default: no budget)",
-    )
-    parser.add_argument(
-        "--percentile",
-        type=perf._percentile,
-        metavar="P",
-        help="the latency the budget judges (default: the mean)",
     )
     parser.add_argument(
         "--instances",
@@ -392,28 +386,6 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="an input's dims without the batch axis, for its open axes (as perf's)",
     )
     parser.add_argument(
-        "--measurement-interval",
-        "-p",
-        type=positive(float, "milliseconds above 0"),
-        default=1000.0,
-        metavar="MS",
-        help="window length (default 1000 ms)",
-    )
-    parser.add_argument(
-        "--max-windows",
-        type=positive(int, "1 or more"),
-        default=6,
-        metavar="N",
-        help="windows per point at most (default 6)",
-    )
-    parser.add_argument(
-        "--stability-percentage",
-        type=positive(float, "a percentage above 0"),
-        default=10.0,
-        metavar="PCT",
-        help="as perf's (default 10)",
-    )
-    parser.add_argument(
         "--startup-timeout",
         type=positive(float, "seconds above 0"),
         default=300.0,
@@ -429,19 +401,6 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "host has it)",
     )
     parser.add_argument(
-        "--client-processes",
-        type=positive(int, "1 or more"),
-        default=1,
-        metavar="N",
-        help="send from N client processes (as perf's; default 1)",
-    )
-    parser.add_argument(
-        "--protocol", "-i", choices=["http", "grpc"], default="http", type=str.lower, help="default http"
-    )
-    parser.add_argument(
-        "--cuda-shm", action="store_true", help="inputs and outputs in CUDA shared memory (GPU hosts)"
-    )
-    parser.add_argument(
         "--write",
         action="store_true",
         help="replace config.pbtxt with the winner (the old one kept as config.pbtxt.bak)",
@@ -450,6 +409,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--plot", type=Path, metavar="FILE.svg", help="each candidate's latency against throughput (SVG)"
     )
+    perf.add_measurement_options(parser, measurement_interval_ms=1000.0, max_windows=6)
     add_request_data_options(parser)
     return parser
 
@@ -463,6 +423,7 @@ def main(argv: list[str] | None = None, prog: str = "triton-ort tune") -> None:
         )
     if args.plot and args.plot.suffix.lower() != ".svg":
         parser.error(f"--plot {args.plot}: the plot is an SVG file; name it with .svg")
+    perf.resolve_shared_memory(parser, args)
     args.concurrency = sorted(set(args.concurrency))
     exit_on_termination()  # SIGTERM unwinds: the candidate's server is stopped on the way out
     try:
