@@ -31,9 +31,7 @@ class CudaShmIO:
         outputs: Mapping[str, tuple[np.dtype[Any], tuple[int, ...]]],
         device_id: int = 0,
     ) -> None:
-        import tritonclient.utils.cuda_shared_memory as cudashm  # imports cuda.bindings: GPU hosts only
-
-        self._cudashm = cudashm
+        self._memory = self._memory_module()
         self.client = client
         self.model = model
         self.inputs = dict(inputs)
@@ -43,12 +41,20 @@ class CudaShmIO:
         self._prefix = f"triton_ort_{uuid.uuid4().hex[:8]}"
         self._regions: dict[str, Any] = {}
 
+    @staticmethod
+    def _memory_module() -> Any:
+        """tritonclient's module for this kind of region (both have set_shared_memory_region,
+        get_contents_as_numpy and destroy_shared_memory_region)."""
+        import tritonclient.utils.cuda_shared_memory as cudashm  # imports cuda.bindings: GPU hosts only
+
+        return cudashm
+
     def _region(self, name: str, byte_size: int) -> str:
         region = f"{self._prefix}_{name}"
-        handle = self._cudashm.create_shared_memory_region(region, byte_size, self.device_id)
+        handle = self._memory.create_shared_memory_region(region, byte_size, self.device_id)
         self._regions[name] = handle
         self.client.register_cuda_shared_memory(
-            region, self._cudashm.get_raw_handle(handle), self.device_id, byte_size
+            region, self._memory.get_raw_handle(handle), self.device_id, byte_size
         )
         return region
 
@@ -56,7 +62,7 @@ class CudaShmIO:
         self.infer_inputs = []
         for name, array in self.inputs.items():
             region = self._region(name, array.nbytes)
-            self._cudashm.set_shared_memory_region(self._regions[name], [np.ascontiguousarray(array)])
+            self._memory.set_shared_memory_region(self._regions[name], [np.ascontiguousarray(array)])
             item = self._module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
             item.set_shared_memory(region, array.nbytes)
             self.infer_inputs.append(item)
@@ -77,7 +83,7 @@ class CudaShmIO:
 
     def read_outputs(self) -> dict[str, NDArray[Any]]:
         return {
-            name: self._cudashm.get_contents_as_numpy(self._regions[name], np.dtype(dtype).type, list(shape))
+            name: self._memory.get_contents_as_numpy(self._regions[name], np.dtype(dtype).type, list(shape))
             for name, (dtype, shape) in self.outputs.items()
         }
 
@@ -88,7 +94,7 @@ class CudaShmIO:
             try:
                 self._unregister(f"{self._prefix}_{name}")
             finally:
-                self._cudashm.destroy_shared_memory_region(handle)
+                self._memory.destroy_shared_memory_region(handle)
         self._regions.clear()
 
     def _unregister(self, region: str) -> None:
@@ -112,22 +118,16 @@ class CudaShmIO:
 class SystemShmIO(CudaShmIO):
     """The same regions in system shared memory (/dev/shm): the server must run on this host."""
 
-    def __init__(
-        self,
-        client: Any,
-        model: str,
-        inputs: Mapping[str, NDArray[Any]],
-        outputs: Mapping[str, tuple[np.dtype[Any], tuple[int, ...]]],
-    ) -> None:
-        super().__init__(client, model, inputs, outputs)
+    @staticmethod
+    def _memory_module() -> Any:
         import tritonclient.utils.shared_memory as sysshm
 
-        self._cudashm = sysshm  # the same calls: set_shared_memory_region, get_contents_as_numpy, destroy
+        return sysshm
 
     def _region(self, name: str, byte_size: int) -> str:
         region = f"{self._prefix}_{name}"
         key = f"/{region}"
-        self._regions[name] = self._cudashm.create_shared_memory_region(region, key, byte_size)
+        self._regions[name] = self._memory.create_shared_memory_region(region, key, byte_size)
         self.client.register_system_shared_memory(region, key, byte_size)
         return region
 
