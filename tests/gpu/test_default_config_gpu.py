@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 import numpy as np
 import pytest
 
-from tests.integration.test_readme import readme_blocks
 from tests.support.paths import TF32_TOLERANCE, demo_onnx
+from tests.support.readme import readme_blocks
 from triton_ort.autocomplete import ZERO_COPY_LINE
 from triton_ort.copy_counter import cupti_counts_from_log
 from triton_ort.harness.waiting import wait_for

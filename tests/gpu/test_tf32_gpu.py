@@ -12,9 +12,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.integration.test_readme import readme_blocks
 from tests.support.graphs import save
 from tests.support.paths import TF32_TOLERANCE, Tolerance
+from tests.support.readme import readme_blocks
 from triton_ort.harness.reference import reference_outputs
 
 pytestmark = pytest.mark.gpu

@@ -23,9 +23,9 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
 from tests.support import exported, graphs
+from tests.support.commands import in_process
 from tests.support.hooks_support import DECLARED_HOOKS, SHORT_CONFIG, UNDECLARED_HOOKS
 from tests.support.paths import MODEL_REPOSITORY, ROOT, demo_onnx
-from tests.unit.test_cli import triton_ort
 from triton_ort.harness.repository import pin_one_instance
 from triton_ort.harness.server import LocalTritonServer, free_ports
 from triton_ort.harness.transport import PROTOCOLS, infer, make_client
@@ -161,7 +161,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalTrit
 
 
 def _offline(capsys: pytest.CaptureFixture[str], folder: Path) -> tuple[int, str, str]:
-    done = triton_ort(capsys, "config", str(folder))
+    done = in_process(capsys, "config", str(folder))
     return done.returncode, done.stdout, done.stderr
 
 

@@ -6,7 +6,6 @@ blocks, verbatim."""
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -25,32 +24,11 @@ from tritonclient.grpc import model_config_pb2
 from tests.support import graphs
 from tests.support.exported import bert_encoder
 from tests.support.paths import ROOT, demo_onnx
+from tests.support.readme import QUICKSTART_BLOCKS, blocks_by_page, readme_blocks
 from tests.support.user_commands import activated, serving, shell
 from triton_ort.harness.server import free_ports
 
 pytestmark = pytest.mark.integration
-
-BLOCK = re.compile(r"<!-- readme-test: (?P<name>[\w-]+) -->\n```\w*\n(?P<body>.*?)```", re.DOTALL)
-
-
-# Where the marked blocks live: the README, the guide it links for serving a model, and the GPU hosts page.
-PAGES = ("README.md", "docs/serving-your-model.md", "docs/gpu-hosts.md")
-# The guide's blocks that the README's ten lines are made of, in order.
-QUICKSTART_BLOCKS = ("layout", "serve", "try")
-
-
-def _blocks_by_page() -> dict[str, dict[str, str]]:
-    return {page: {m["name"]: m["body"] for m in BLOCK.finditer((ROOT / page).read_text())} for page in PAGES}
-
-
-def readme_blocks() -> dict[str, str]:
-    """Every marked block of the pages, by name (a name is marked once across them)."""
-    blocks: dict[str, str] = {}
-    for page, found in _blocks_by_page().items():
-        twice = set(found) & set(blocks)
-        assert not twice, f"{page}: a block name is marked twice: {twice}"
-        blocks.update(found)
-    return blocks
 
 
 def test_readme_blocks_are_marked() -> None:
@@ -74,7 +52,7 @@ def test_the_readmes_ten_lines_are_the_guides_run_blocks() -> None:
     quickstart = blocks["quickstart"].splitlines()
     assert len(quickstart) <= 10
     assert quickstart == [line for name in QUICKSTART_BLOCKS for line in blocks[name].splitlines()]
-    assert "quickstart" in _blocks_by_page()["README.md"] and "config" in _blocks_by_page()["README.md"]
+    assert "quickstart" in blocks_by_page()["README.md"] and "config" in blocks_by_page()["README.md"]
 
 
 def _checkout_files() -> set[str]:

@@ -6,15 +6,14 @@ client/bench_common.py)."""
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import re
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.support.imports import imported_modules
 from tests.support.paths import ROOT
 
 
@@ -50,17 +49,6 @@ def test_every_model_the_benchmark_serves_is_built_from_a_model_py_that_exists(m
             assert serving.model_py is not None and serving.model_py.is_file(), f"{name}: {serving.model_py}"
         else:  # a backend that reads model.onnx itself: Triton's native onnxruntime
             assert (name, serving.backend, serving.model_py) == (f"{model}_native", "onnxruntime", None)
-
-
-def imported_modules(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module)
-    return found
 
 
 def test_client_and_the_diagnostics_import_along_the_layout() -> None:

@@ -7,7 +7,7 @@ import argparse
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,26 +15,9 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from tests.support import graphs
-from triton_ort.cli import main
+from tests.support.commands import in_process
 from triton_ort.cli.infer import _load_inputs, build_parser, summary
 from triton_ort.cli.request_checks import ModelSignature, RequestError
-
-
-class Done(NamedTuple):
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def triton_ort(capsys: pytest.CaptureFixture[str], *args: str) -> Done:
-    """The command in this process (a subprocess would spend seconds importing torch)."""
-    with pytest.raises(SystemExit) as exited:
-        main(list(args))
-    code = exited.value.code
-    out, err = capsys.readouterr()
-    if isinstance(code, str):  # sys.exit("message"): printed on stderr, status 1
-        return Done(1, out, err + code + "\n")
-    return Done(code or 0, out, err)
 
 
 def model_folder(root: Path, config: str) -> Path:
@@ -47,7 +30,7 @@ def test_config_prints_the_auto_completed_config_offline(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = model_folder(tmp_path, 'backend: "onnxruntime_zerocopy"\n')
-    done = triton_ort(capsys, "config", str(folder))
+    done = in_process(capsys, "config", str(folder))
     assert done.returncode == 0, done.stderr
     config = text_format.Parse(done.stdout, model_config_pb2.ModelConfig())
     assert config.name == "pair" and config.max_batch_size == 4 and config.HasField("dynamic_batching")
@@ -64,10 +47,10 @@ def test_config_of_a_folder_that_cannot_be_completed_is_one_line(
 ) -> None:
     folder = model_folder(tmp_path, 'backend: "onnxruntime_zerocopy"\n')
     (folder / "1" / "model.onnx").unlink()
-    done = triton_ort(capsys, "config", str(folder))
+    done = in_process(capsys, "config", str(folder))
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "model.onnx" in done.stderr, done.stderr
-    assert triton_ort(capsys, "config", str(tmp_path / "nothing")).stderr.count("config.pbtxt") == 1
+    assert in_process(capsys, "config", str(tmp_path / "nothing")).stderr.count("config.pbtxt") == 1
 
 
 def test_config_prints_the_reshape_of_a_tensor_that_is_only_the_batch_axis(
@@ -78,14 +61,14 @@ def test_config_prints_the_reshape_of_a_tensor_that_is_only_the_batch_axis(
     folder = tmp_path / "strings"
     graphs.strings_beside_numbers(folder / "1" / "model.onnx")
     (folder / "config.pbtxt").write_text('backend: "onnxruntime_zerocopy"\n')
-    done = triton_ort(capsys, "config", str(folder))
+    done = in_process(capsys, "config", str(folder))
     assert done.returncode == 0, done.stderr
     config = text_format.Parse(done.stdout, model_config_pb2.ModelConfig())
     reshaped = {t.name: (list(t.dims), t.HasField("reshape")) for t in (*config.input, *config.output)}
     assert reshaped == {"s": ([1], True), "x": ([2], False), "t": ([1], True), "y": ([2], False)}
     assert all(list(t.reshape.shape) == [] for t in (*config.input, *config.output))
     (folder / "config.pbtxt").write_text(done.stdout)
-    again = triton_ort(capsys, "config", str(folder))
+    again = in_process(capsys, "config", str(folder))
     assert again.returncode == 0 and again.stdout == done.stdout, again.stderr
 
 
@@ -129,7 +112,7 @@ def test_config_refuses_what_the_load_refuses_with_the_loads_reason(
     graphs.multi_io(folder / "1" / "model.onnx")
     backend = "" if config.startswith("backend") else 'backend: "onnxruntime_zerocopy"\n'
     (folder / "config.pbtxt").write_text(backend + config + "\n")
-    done = triton_ort(capsys, "config", str(folder))
+    done = in_process(capsys, "config", str(folder))
     assert (done.returncode, done.stdout) == (2, ""), done
     assert done.stderr.startswith("triton-ort config: error: model 'm': ") and reason in done.stderr, done
 
@@ -140,7 +123,7 @@ def test_config_calls_a_damaged_or_empty_onnx_file_unreadable(
 ) -> None:
     folder = model_folder(tmp_path, 'backend: "onnxruntime_zerocopy"\n')
     (folder / "1" / "model.onnx").write_bytes(content)
-    done = triton_ort(capsys, "config", str(folder))
+    done = in_process(capsys, "config", str(folder))
     assert done.returncode == 2 and f"{str(folder / '1' / 'model.onnx')!r} is not a readable ONNX file" in (
         done.stderr
     ), done.stderr
@@ -154,7 +137,7 @@ def test_config_imports_the_hooks_module_as_the_load_does(
         'backend: "onnxruntime_zerocopy"\nparameters { key: "hooks" value { string_value: "h.py" } }\n',
     )
     (folder / "1" / "h.py").write_text("raise RuntimeError('no such device')\n")
-    done = triton_ort(capsys, "config", str(folder))
+    done = in_process(capsys, "config", str(folder))
     assert done.returncode == 2 and "h.py failed to import: RuntimeError: no such device" in done.stderr, done
 
 
@@ -163,7 +146,7 @@ def test_config_refuses_a_python_model_that_triton_ort_does_not_serve(
 ) -> None:
     folder = model_folder(tmp_path, 'backend: "python"\n')
     (folder / "1" / "model.py").write_text("class TritonPythonModel:\n    pass\n")
-    done = triton_ort(capsys, "config", str(folder))
+    done = in_process(capsys, "config", str(folder))
     assert done.returncode == 2 and "backend 'python' is not served by triton_ort" in done.stderr, done
 
 
@@ -176,7 +159,7 @@ def test_the_offline_config_needs_no_onnx_runtime() -> None:
 
 
 def test_an_unknown_command_names_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
-    done = triton_ort(capsys, "launch")
+    done = in_process(capsys, "launch")
     assert done.returncode == 1 and "unknown command 'launch'" in done.stderr and "serve" in done.stderr
 
 
@@ -184,7 +167,7 @@ def test_serve_help_shows_the_ports_and_the_startup_limit_and_its_variable(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TRITON_ORT_STARTUP_TIMEOUT_S", "300")
-    done = triton_ort(capsys, "serve", "--help")
+    done = in_process(capsys, "serve", "--help")
     text = " ".join(done.stdout.split())
     assert done.returncode == 0, done.stderr
     for expected in ("(default: 8000)", "(default: 8001)", "(default: 8002)", "TRITON_ORT_STARTUP_TIMEOUT_S"):
@@ -196,7 +179,7 @@ def test_serve_given_a_model_folder_names_its_parent_before_any_server_starts(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     folder = model_folder(tmp_path, 'backend: "onnxruntime_zerocopy"\n')
-    done = triton_ort(capsys, "serve", "--model-repository", str(folder))
+    done = in_process(capsys, "serve", "--model-repository", str(folder))
     assert done.returncode == 1, done
     assert f"model repository {folder} is a model's folder" in done.stderr, done.stderr
     assert f"pass its parent, --model-repository {tmp_path}\n" in done.stderr, done.stderr
@@ -361,7 +344,7 @@ def test_every_argument_of_the_client_commands_says_what_it_is(command: str) -> 
 def test_a_client_commands_help_names_the_command_as_typed(
     capsys: pytest.CaptureFixture[str], command: str
 ) -> None:
-    done = triton_ort(capsys, command, "--help")
+    done = in_process(capsys, command, "--help")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"usage: triton-ort {command} "), done.stdout.splitlines()[0]
 
@@ -374,19 +357,19 @@ def test_a_bf16_model_is_refused_offline_for_a_triton_whose_python_backend_canno
     graphs.bf16_doubler(tmp_path / "bf16" / "1" / "model.onnx")
     (tmp_path / "bf16" / "config.pbtxt").write_text('backend: "onnxruntime_zerocopy"\n')
     folder = str(tmp_path / "bf16")
-    unknown = triton_ort(capsys, "config", folder)
+    unknown = in_process(capsys, "config", folder)
     assert unknown.returncode == 0 and "data_type: TYPE_BF16" in unknown.stdout
     assert "input 'x', output 'y' are BF16" in unknown.stderr and "--triton-version" in unknown.stderr
     for old in ("23.12", "2.48"):
-        refused = triton_ort(capsys, "config", folder, "--triton-version", old)
+        refused = in_process(capsys, "config", folder, "--triton-version", old)
         assert (refused.returncode, refused.stdout) == (2, ""), refused.stderr
         (line,) = refused.stderr.splitlines()
         assert line.startswith("triton-ort config: error: model 'bf16': input 'x', output 'y' are BF16")
         assert "Triton 24.08 (tritonserver 2.49)" in line
     for new in ("24.08", "2.51.0"):
-        served = triton_ort(capsys, "config", folder, "--triton-version", new)
+        served = in_process(capsys, "config", folder, "--triton-version", new)
         assert served.returncode == 0 and "BF16" not in served.stderr, served.stderr
-    assert triton_ort(capsys, "config", folder, "--triton-version", "latest").returncode == 2
+    assert in_process(capsys, "config", folder, "--triton-version", "latest").returncode == 2
 
 
 def test_the_load_refuses_bf16_where_the_python_backend_cannot_carry_it(tmp_path: Path) -> None:

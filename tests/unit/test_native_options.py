@@ -331,7 +331,7 @@ def test_the_readmes_tf32_lines_turn_tf32_off_in_the_cuda_ep_options() -> None:
     from google.protobuf import json_format, text_format
     from tritonclient.grpc import model_config_pb2
 
-    from tests.integration.test_readme import readme_blocks
+    from tests.support.readme import readme_blocks
 
     block = readme_blocks()["tf32"]
     config = text_format.Parse('backend: "onnxruntime_zerocopy"\n' + block, model_config_pb2.ModelConfig())
