@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import psutil
-import torch
 import tritonclient.grpc as grpcclient
 
 from client.load import Workload, load_in_processes, request_workers
@@ -153,6 +152,8 @@ def hold_cuda_context() -> None:
     """Create this measuring process's own CUDA context now, where there is a GPU: its first CUDA-shm
     request would create it (538 MiB on an H200) between a point's two readings of the GPU's use, and that
     point would count it (the first point of the instances run of 2026-12-02 did)."""
+    import torch  # here, not above: diagnostics.bench_memory's CPU stages import this module without it
+
     if torch.cuda.is_available():
         torch.zeros(1, device="cuda")
 
@@ -172,6 +173,8 @@ def settled_device_used_mib(timeout_s: float = 20.0) -> float | None:
 
 
 def transport_for_ours() -> str:
+    import torch
+
     return "cuda-shm" if torch.cuda.is_available() else "numpy"
 
 
@@ -207,6 +210,7 @@ def host_environment() -> dict[str, str]:
     """The machine and stack a measurement ran on, for every benchmark's JSON. `cores`: the CPUs this
     process may use (its affinity), which is what the measurement had, not the machine's count."""
     import onnxruntime
+    import torch
 
     info = {
         "date": time.strftime("%Y-%m-%d"),

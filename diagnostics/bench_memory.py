@@ -1,6 +1,7 @@
-"""What one GPU instance's memory is made of: each part in a fresh process, read by nvidia-smi.
+"""What one instance's memory is made of: each part in a fresh process, read by nvidia-smi and psutil.
 
     python -m diagnostics.bench_memory --models demo mlp4096 --json FILE
+    python -m diagnostics.bench_memory --stages cpu_ort cpu_torch cpu_instance --repository model_repository
 
 A python-backend stub is one process per instance, and everything it holds on the GPU is its own: the CUDA
 context, what torch and ONNX Runtime load into it, their memory pools. Each stage below builds one part
@@ -17,6 +18,13 @@ more (or one alternative) in a process of its own, which then waits while this p
   instance_cuda_stack  the instance with CUDA's own stack limit (cuda_stack_bytes: 0), as before it
   instance_same    the instance with arena_extend_strategy kSameAsRequested (ORT's arena grows by what
                    a run asks, not to the next power of two)
+
+A CPU instance's host memory, the same way (no GPU needed; RSS and USS, the pages no other process shares):
+
+  cpu_ort          ONNX Runtime's CPU session of the model and one gathered-size run, numpy only: what a
+                   stub that never imports torch would hold of the model
+  cpu_torch        the same with torch imported first, as every stub does today
+  cpu_instance     a CPU ModelInstance as a stub holds it, after one gathered execute of 16 requests
 """
 
 from __future__ import annotations
@@ -39,11 +47,14 @@ from triton_ort.harness.processes import MIB, gpu_memory_by_pid
 from triton_ort.harness.server import exit_on_termination
 from triton_ort.options import DEFAULT_CUDA_STACK_BYTES
 
-STAGES = ("context", "context_stack", "torch", "ort", "instance", "instance_cuda_stack", "instance_same")
+GPU_STAGES = ("context", "context_stack", "torch", "ort", "instance", "instance_cuda_stack", "instance_same")
+CPU_STAGES = ("cpu_ort", "cpu_torch", "cpu_instance")
+STAGES = GPU_STAGES + CPU_STAGES
 STAGE_PARAMETERS = {
     "instance": {},
     "instance_cuda_stack": {"cuda_stack_bytes": "0"},
     "instance_same": {"arena_extend_strategy": "kSameAsRequested"},
+    "cpu_instance": {},
 }
 
 
@@ -61,7 +72,7 @@ def _primary_context(cuda: Any) -> None:
     assert cuda.cuCtxSetCurrent(context) == 0
 
 
-def _instance(model: str, repository: Path, parameters: dict[str, str]) -> Any:
+def _instance(model: str, repository: Path, parameters: dict[str, str], kind: str = "GPU") -> Any:
     import torch
     from google.protobuf import json_format
 
@@ -72,10 +83,10 @@ def _instance(model: str, repository: Path, parameters: dict[str, str]) -> Any:
     config = json_format.MessageToDict(read_config(folder), preserving_proto_field_name=True)
     for key, value in parameters.items():
         config.setdefault("parameters", {})[key] = {"string_value": value}
-    instance = ModelInstance(config, folder / "1", instance_kind="GPU", device_id=0)
+    instance = ModelInstance(config, folder / "1", instance_kind=kind, device_id=0)
     spec = instance.runner.inputs[0]
     width = [d if isinstance(d, int) else 1 for d in spec.shape[1:]]
-    request = {spec.name: torch.zeros([BATCH[model], *width], device="cuda")}
+    request = {spec.name: torch.zeros([BATCH[model], *width], device=instance.runner.device)}
     for result in instance.infer([request] * 16):  # one gathered execute, as c=16 makes them
         assert not isinstance(result, Exception), result
     return instance
@@ -91,20 +102,27 @@ def run_stage(stage: str, model: str, repository: Path) -> dict[str, Any]:
             report["stack_bytes_before"] = stack_limit()
             report["stack_bytes_after"] = lower_stack_limit(DEFAULT_CUDA_STACK_BYTES)
         return report
-    if stage == "ort":
+    if stage in ("ort", "cpu_ort", "cpu_torch"):
+        if stage == "cpu_torch":
+            import torch
         import numpy as np
         import onnxruntime as ort
 
         path = repository / model / "1" / "model.onnx"
-        session = ort.InferenceSession(str(path), providers=["CUDAExecutionProvider"])
+        provider = "CUDAExecutionProvider" if stage == "ort" else "CPUExecutionProvider"
+        session = ort.InferenceSession(str(path), providers=[provider])
         spec = session.get_inputs()[0]
         width = [d if isinstance(d, int) else 1 for d in spec.shape[1:]]
-        session.run(None, {spec.name: np.zeros([BATCH[model], *width], np.float32)})
+        rows = BATCH[model] * (1 if stage == "ort" else 16)  # a CPU stage: the gathered run of 16 requests
+        session.run(None, {spec.name: np.zeros([rows, *width], np.float32)})
         report["providers"] = session.get_providers()
         globals()["_kept"] = session
         return report
     import torch
 
+    if stage == "cpu_instance":
+        globals()["_kept"] = _instance(model, repository, STAGE_PARAMETERS[stage], kind="CPU")
+        return report
     if stage == "torch":
         globals()["_kept"] = torch.zeros(1, device="cuda")
     else:
@@ -116,7 +134,9 @@ def run_stage(stage: str, model: str, repository: Path) -> dict[str, Any]:
 
 
 def child_main(stage: str, model: str, repository: Path) -> None:
-    print(json.dumps(run_stage(stage, model, repository)), flush=True)
+    report = run_stage(stage, model, repository)
+    report["torch_imported"] = "torch" in sys.modules  # a stage's figure holds torch's or not
+    print(json.dumps(report), flush=True)
     sys.stdin.read()  # held until the parent has read this process's memory
 
 
@@ -131,16 +151,19 @@ def measure(stage: str, model: str, repository: Path) -> dict[str, Any]:
         if not line:
             child.wait(timeout=60)
             return {"stage": stage, "model": model, "error": f"exited {child.returncode}"}
-        time.sleep(1.0)  # nvidia-smi's per-process figure lags the allocation a little
-        gpu = (gpu_memory_by_pid() or {}).get(child.pid)
-        rss = psutil.Process(child.pid).memory_info().rss
+        gpu = None
+        if stage in GPU_STAGES:
+            time.sleep(1.0)  # nvidia-smi's per-process figure lags the allocation a little
+            gpu = (gpu_memory_by_pid() or {}).get(child.pid)
+        memory = psutil.Process(child.pid).memory_full_info()
         child.stdin.close()
         child.wait(timeout=60)
     return {
         "stage": stage,
         "model": model,
         "gpu_mib": None if gpu is None else gpu / MIB,
-        "rss_mib": rss / MIB,
+        "rss_mib": memory.rss / MIB,
+        "uss_mib": memory.uss / MIB,
         **json.loads(line),
     }
 
@@ -173,13 +196,18 @@ def main() -> None:
             r["stage"],
             f"{r.get('gpu_mib') or 0:.0f}",
             f"{r.get('rss_mib') or 0:.0f}",
+            f"{r.get('uss_mib') or 0:.0f}",
             f"{r.get('torch_reserved_mib', 0):.0f}",
             str(r.get("stack_bytes_after", "")),
             r.get("error", ""),
         ]
         for r in rows
     ]
-    print(aligned(["model", "stage", "GPU MiB", "RSS MiB", "torch reserved", "stack B", "error"], cells))
+    print(
+        aligned(
+            ["model", "stage", "GPU MiB", "RSS MiB", "USS MiB", "torch reserved", "stack B", "error"], cells
+        )
+    )
     if args.json:
         write_report(args.json, {"command": " ".join(sys.argv), "host": host_environment(), "rows": rows})
 

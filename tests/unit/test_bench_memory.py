@@ -1,0 +1,16 @@
+"""diagnostics.bench_memory's CPU stages on this host: each in a fresh process, torch imported only where
+the stage says so (the figure that separates what torch costs a CPU stub from what the model costs)."""
+
+from __future__ import annotations
+
+from diagnostics.bench_memory import measure
+from tests.support.paths import MODEL_REPOSITORY
+
+
+def test_the_cpu_stages_separate_torch_from_the_model() -> None:
+    rows = {stage: measure(stage, "demo", MODEL_REPOSITORY) for stage in ("cpu_ort", "cpu_torch")}
+    assert all("error" not in row for row in rows.values()), rows
+    assert rows["cpu_ort"]["torch_imported"] is False, rows["cpu_ort"]
+    assert rows["cpu_torch"]["torch_imported"] is True, rows["cpu_torch"]
+    assert 0 < rows["cpu_ort"]["uss_mib"] <= rows["cpu_ort"]["rss_mib"]
+    assert rows["cpu_torch"]["uss_mib"] > rows["cpu_ort"]["uss_mib"]
