@@ -311,7 +311,11 @@ def test_an_optional_input_is_left_out_unless_given(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("item", "words"),
-    [("x=2,sixteen", "expected NAME:D1,D2"), ("z=2,16", "has no such input"), ("x=-1,16", "expected NAME")],
+    [
+        ("x=2,sixteen", "expected NAME:D1,D2"),
+        ("z=2,16", "has no input 'z'; expected one of x, y"),
+        ("x=-1,16", "expected NAME"),
+    ],
 )
 def test_a_shape_that_cannot_be_is_refused(tmp_path: Path, item: str, words: str) -> None:
     with pytest.raises(RequestError, match=words):

@@ -213,9 +213,9 @@ def test_inputs_from_an_npz_set_the_batch(tmp_path: Path) -> None:
     [
         (1, [], r"input 'ids' has open axes \[any\] .*--shape ids:16 .*--inputs FILE.npz"),
         (1, ["ids:4,4,4"], r"--shape ids:4,4,4: expected 1 dims \(or 2 with the batch axis first\)"),
-        (1, ["ids:4,4"], r"--shape ids:4,4: its batch 4 is not the batch, 1"),
+        (1, ["ids:4,4"], r"--shape ids:4,4: its batch 4 is not the batch -b gives, 1"),
         (1, ["ids:4", "mask:15"], r"--shape mask:15: the input's dims are \[16\]"),
-        (1, ["ids:4", "masks:16"], "model 'bert' has no input 'masks'; one of ids, mask, text, scale"),
+        (1, ["ids:4", "masks:16"], "model 'bert' has no input 'masks'; expected one of ids, mask, text"),
         (1, ["ids"], "--shape 'ids': expected NAME:D1,D2,..."),
         (1, ["ids:0"], "--shape 'ids:0': expected NAME:D1,D2,..."),
         (9, ["ids:4"], "-b 9: expected 1 to 8"),

@@ -33,9 +33,8 @@ from triton_ort.cli.request_data import (
     check_range_names,
     generated,
     parse_ranges_option,
-    parse_shape,
     read_json_input_data,
-    shape_of,
+    sized_by_shape,
 )
 from triton_ort.harness.reference import compare
 from triton_ort.harness.transport import (
@@ -130,20 +129,9 @@ def _load_inputs(
     batched = signature.max_batch_size > 0
     given = _files(args, signature, datatypes)
     batch = signature.check_inputs(given) if given else None
-    where = "the files' first axis"
-    shapes: dict[str, tuple[int, ...]] = {}
-    for item in args.shape:
-        name, dims = parse_shape(item)
-        if name not in metas:
-            signature.check_inputs({name: np.zeros(dims)})  # raises: names the inputs there are
-        if name in given:
-            raise RequestError(f"--shape {item}: {name!r} is given as a file too; give it once")
-        own = metas[name].shape[1:] if batched else metas[name].shape
-        shapes[name], whole_batch = shape_of(item, dims, own, batched)
-        if whole_batch is not None:
-            if batch is not None and batch != whole_batch:
-                raise RequestError(f"--shape {item}: its batch {whole_batch} is not {where}, {batch}")
-            batch, where = whole_batch, f"--shape {item}'s first axis"
+    shapes, batch, where = sized_by_shape(
+        args.shape, signature.model, metas, given, "the files", batched, batch, "the files' first axis"
+    )
     if args.batch is not None and batch is not None and args.batch != batch:
         raise RequestError(f"--batch {args.batch}: the batch is {where}, {batch}; leave --batch out")
     batch = batch or args.batch or 1

@@ -44,9 +44,8 @@ from triton_ort.cli.request_data import (
     check_range_names,
     generated,
     parse_ranges_option,
-    parse_shape,
     read_json_input_data,
-    shape_of,
+    sized_by_shape,
 )
 from triton_ort.harness.transport import (
     PROTOCOLS,
@@ -205,7 +204,6 @@ def build_inputs(
     and every other required input made up (random or zero; integers within `ranges`, request_data),
     optional ones left out, all checked against the model's config."""
     metas = {meta.name: meta for meta in tensor_metas(metadata, "inputs")}
-    names = ", ".join(metas)
     batched = signature.max_batch_size > 0
     given = _read_npz(npz) if npz else {}
     source = f"--inputs {npz}"
@@ -226,21 +224,8 @@ def build_inputs(
                 f"-b {batch} with {source}: its arrays' batch (first axis) is {rows}; leave -b out"
             )
         batch = rows
-    dims: dict[str, tuple[int, ...]] = {}
-    for item in shapes:
-        name, shape = parse_shape(item)
-        if name not in metas:
-            raise RequestError(
-                f"--shape {name}:...: model {signature.model!r} has no input {name!r}; one of {names}"
-            )
-        if name in given:
-            raise RequestError(f"--shape {name}:...: {name!r} is in {source} too; give it once")
-        own = metas[name].shape[1:] if batched else metas[name].shape
-        dims[name], whole_batch = shape_of(item, shape, own, batched)
-        if whole_batch is not None:
-            if batch is not None and batch != whole_batch:
-                raise RequestError(f"--shape {item}: its batch {whole_batch} is not the batch, {batch}")
-            batch = whole_batch
+    where = "the batch -b gives" if not given else f"{source}'s first axis"
+    dims, batch, _ = sized_by_shape(shapes, signature.model, metas, given, source, batched, batch, where)
     batch = 1 if batch is None else batch
     signature.check_batch(batch, "-b {}")
     rng = np.random.default_rng(seed)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from tritonclient.utils import triton_to_np_dtype
 from triton_ort.cli.request_checks import RequestError
 from triton_ort.errors import ConfigError
 from triton_ort.harness.reference import random_values
+from triton_ort.harness.transport import TensorMeta
 from triton_ort.input_ranges import ValueRange, parse_range
 
 INPUT_DATA_MODES = ("random", "zero")
@@ -82,6 +83,37 @@ def shape_of(
     if not all(d < 0 or d == s for d, s in zip(own, whole, strict=True)):
         raise RequestError(f"--shape {item}: the input's dims are {_text(own)}; a fixed dim cannot change")
     return whole, batch
+
+
+def sized_by_shape(
+    items: Sequence[str],
+    model: str,
+    metas: Mapping[str, TensorMeta],
+    given: Collection[str],
+    source: str,
+    batched: bool,
+    batch: int | None,
+    where: str,
+) -> tuple[dict[str, tuple[int, ...]], int | None, str]:
+    """The --shape options: each input's dims without the batch axis, and the batch, which a whole shape
+    (batch axis first) sets; it must agree with `batch`, which `where` names (the files' first axis, -b).
+    An input named twice (here and in `source`, the inputs `given`) or not at all is an error."""
+    dims: dict[str, tuple[int, ...]] = {}
+    for item in items:
+        name, shape = parse_shape(item)
+        if name not in metas:
+            raise RequestError(
+                f"--shape {item}: model {model!r} has no input {name!r}; expected one of {', '.join(metas)}"
+            )
+        if name in given:
+            raise RequestError(f"--shape {item}: {name!r} is in {source} too; give it once")
+        own = metas[name].shape[1:] if batched else metas[name].shape
+        dims[name], whole_batch = shape_of(item, shape, own, batched)
+        if whole_batch is not None:
+            if batch is not None and batch != whole_batch:
+                raise RequestError(f"--shape {item}: its batch {whole_batch} is not {where}, {batch}")
+            batch, where = whole_batch, f"--shape {item}'s first axis"
+    return dims, batch, where
 
 
 def _text(dims: Sequence[int]) -> str:
