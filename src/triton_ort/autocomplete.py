@@ -56,8 +56,9 @@ import onnx
 
 from . import input_ranges
 from .dtypes import ELEMENT_TYPES, ZIPMAP_HINT, ElementType, from_onnx_type
-from .errors import ConfigError, unreadable_onnx_file
+from .errors import ConfigError
 from .input_ranges import format_ranges, index_ranges
+from .onnx_files import read_onnx_file
 from .options import parameters_from_model_config, parse_options
 from .sequence import control_inputs
 from .served_config import ConfigTensor
@@ -137,22 +138,6 @@ def _shape(value_info: onnx.ValueInfoProto) -> tuple[Dim, ...]:
 def read_onnx_signature(path: Path) -> OnnxSignature:
     """The tensors of an ONNX file's graph, without loading external weights."""
     return onnx_signature(read_onnx_file(path))
-
-
-def read_onnx_file(path: Path) -> onnx.ModelProto:
-    """An ONNX file's model without its external weights; ConfigError where it is missing or unreadable."""
-    if not path.is_file():
-        raise ConfigError(
-            f"ONNX file {str(path)!r} does not exist (parameter onnx_file names it, relative to the "
-            "version directory; default model.onnx)"
-        )
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as error:  # the onnx package raises DecodeError and others for a damaged file
-        raise unreadable_onnx_file(path, error) from error
-    if not model.HasField("graph"):  # an empty file parses as an empty ModelProto
-        raise unreadable_onnx_file(path, "it holds no graph (an empty file, or not an ONNX model)")
-    return model
 
 
 def onnx_signature(model: onnx.ModelProto) -> OnnxSignature:

@@ -24,6 +24,7 @@ from pathlib import Path
 import onnx
 
 from .errors import ConfigError
+from .onnx_files import read_onnx_file, subgraphs
 
 ORT_DOMAINS = frozenset(
     {"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc", "com.ms.internal.nhwc"}
@@ -45,20 +46,14 @@ def config_line(path: str = "/path/to/libcustom_ops.so") -> str:
 
 def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     """The graph's nodes and those of its subgraphs (If, Loop, Scan bodies)."""
-    for node in graph.node:
-        yield node
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                yield from _nodes(attribute.g)
-            elif attribute.type == onnx.AttributeProto.GRAPHS:
-                for subgraph in attribute.graphs:
-                    yield from _nodes(subgraph)
+    for each in subgraphs(graph):
+        yield from each.node
 
 
 def _read(onnx_path: Path) -> onnx.ModelProto | None:
     try:
-        return onnx.load(str(onnx_path), load_external_data=False)
-    except Exception:  # unreadable: the load's other checks say so
+        return read_onnx_file(onnx_path)
+    except ConfigError:  # unreadable: the load's other checks say so
         return None
 
 

@@ -122,9 +122,9 @@ def index_ranges(model: onnx.ModelProto) -> dict[str, ValueRange]:
 
 def index_ranges_in_file(path: Path) -> dict[str, ValueRange]:
     """index_ranges of an ONNX file, its external weights left unread (only the tables' shapes count)."""
-    import onnx
+    from .onnx_files import read_onnx_file  # imports onnx: see the TYPE_CHECKING import above
 
-    return index_ranges(onnx.load(str(path), load_external_data=False))
+    return index_ranges(read_onnx_file(path))
 
 
 def format_ranges(ranges: Mapping[str, tuple[int, int] | ValueRange]) -> str:

@@ -1,4 +1,5 @@
-"""ONNX files the installed ONNX Runtime can read: one opset, and the IR version that opset needs.
+"""ONNX files: read once the same way (without external weights), walked the same way (every subgraph),
+and written so that the installed ONNX Runtime can read them: one opset, and the IR version it needs.
 
 `onnx.helper.make_model` stamps the newest IR version the installed onnx knows (onnx 1.23 writes IR 14),
 whatever the opset, and ONNX Runtime refuses a newer IR than it reads ("Unsupported model IR version: 14,
@@ -10,13 +11,45 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
 from onnx import helper
 
+from .errors import ConfigError, unreadable_onnx_file
+
 # Opset 17 (onnx 1.12, IR 8): every operator our models use, and run by ORT >= 1.13.
 OPSET = 17
+
+
+def read_onnx_file(path: Path) -> onnx.ModelProto:
+    """An ONNX file's model without its external weights (every reader here needs only the graph and the
+    tables' shapes); ConfigError where it is missing or unreadable."""
+    if not path.is_file():
+        raise ConfigError(
+            f"ONNX file {str(path)!r} does not exist (parameter onnx_file names it, relative to the "
+            "version directory; default model.onnx)"
+        )
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as error:  # the onnx package raises DecodeError and others for a damaged file
+        raise unreadable_onnx_file(path, error) from error
+    if not model.HasField("graph"):  # an empty file parses as an empty ModelProto
+        raise unreadable_onnx_file(path, "it holds no graph (an empty file, or not an ONNX model)")
+    return model
+
+
+def subgraphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """The graph and every subgraph of its nodes (If, Loop, Scan bodies), depth first."""
+    yield graph
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                yield from subgraphs(attribute.g)
+            elif attribute.type == onnx.AttributeProto.GRAPHS:
+                for subgraph in attribute.graphs:
+                    yield from subgraphs(subgraph)
 
 
 def ir_version_for(opset: int) -> int:

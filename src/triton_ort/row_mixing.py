@@ -28,12 +28,14 @@ The rule, kept simple and on the safe side (docs/configuration.md, `gather_reque
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
 from onnx import numpy_helper, shape_inference
+
+from .onnx_files import read_onnx_file, subgraphs
 
 LOGGER = logging.getLogger(__name__)
 
@@ -154,18 +156,6 @@ def _constant_values(tensor: onnx.TensorProto) -> list[int] | None:
     return [int(v) for v in numpy_helper.to_array(tensor).reshape(-1)]
 
 
-def _walk(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """The graph and every subgraph of its nodes (If, Loop, Scan bodies)."""
-    yield graph
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                yield from _walk(attribute.g)
-            elif attribute.type == onnx.AttributeProto.GRAPHS:
-                for subgraph in attribute.graphs:
-                    yield from _walk(subgraph)
-
-
 def _slim(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` with its large initializers' data marked as not loaded (shape inference reads only dims)."""
     for tensor in model.graph.initializer:
@@ -190,7 +180,7 @@ def _read(model: onnx.ModelProto) -> _Graphs:
         dims = _dims(value_info)
         if value_info.name not in initializers and dims and isinstance(dims[0], str):
             graphs.batch_names.add(dims[0])
-    for graph in _walk(inferred.graph):
+    for graph in subgraphs(inferred.graph):
         for value_info in (*graph.input, *graph.output, *graph.value_info):
             graphs.shapes[value_info.name] = _dims(value_info)
         for tensor in graph.initializer:
@@ -268,7 +258,7 @@ def find_row_mixing(model: onnx.ModelProto) -> RowMixing | None:
     """The first node of `model` that mixes rows across the batch axis, or None (the module's rule).
     The model is changed: large initializers lose their data (load it for this only)."""
     graphs = _read(_slim(model))
-    nodes = [node for graph in _walk(model.graph) for node in graph.node]
+    nodes = [node for graph in subgraphs(model.graph) for node in graph.node]
     nodes += [node for function in model.functions for node in function.node]
     for node in nodes:
         why = _mixes(node, graphs)
@@ -279,4 +269,4 @@ def find_row_mixing(model: onnx.ModelProto) -> RowMixing | None:
 
 def row_mixing_in_file(path: Path) -> RowMixing | None:
     """find_row_mixing for an ONNX file, read without its external data."""
-    return find_row_mixing(onnx.load(str(path), load_external_data=False))
+    return find_row_mixing(read_onnx_file(path))

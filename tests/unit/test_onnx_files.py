@@ -63,3 +63,15 @@ def test_the_ir_probe_reads_what_ort_says() -> None:
     model.ir_version = ort_max_ir_version() + 1
     with pytest.raises(Exception, match=rf"max supported IR version: {ort_max_ir_version()}"):
         ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_onnx_files_are_read_in_one_place() -> None:
+    """docs/ARCHITECTURE.md: every reader of an ONNX file goes through onnx_files.read_onnx_file (one
+    way to leave external weights unread and to word an unreadable file)."""
+    from tests.support.paths import ROOT
+
+    package = ROOT / "src" / "triton_ort"
+    readers = sorted(
+        str(path.relative_to(package)) for path in package.rglob("*.py") if "onnx.load(" in path.read_text()
+    )
+    assert readers == ["onnx_files.py"], readers
