@@ -31,12 +31,12 @@ import torch
 
 from .dtypes import from_triton_type
 from .errors import ConfigError, InputError, TritonOrtError
-from .hook_tensors import HookTensors, read_declarations, undeclared_message
+from .hook_tensors import HookTensors, read_declarations
 from .output_placement import OutputPlacement
 from .run_plans import BoundedSet
 from .runner import IOBindingRunner, concatenate
 from .served_config import ConfigTensor, ServedConfig
-from .signature import Dim, OnnxSignature, TensorSpec, check_config
+from .signature import Dim, TensorSpec
 from .tensor_checks import Signature, check_against_specs, signature_of
 
 Tensors = dict[str, torch.Tensor]
@@ -182,17 +182,6 @@ def _all_tensors(value: Any) -> bool:
     return isinstance(value, Mapping) and all(isinstance(t, torch.Tensor) for t in value.values())
 
 
-def refuse_strings(hooks: Hooks, signature: OnnxSignature, client: ClientSpecs) -> None:
-    """Hooks take and return torch tensors: a model with string tensors (the model's or the client's)
-    cannot have them (ConfigError at load)."""
-    specs = (*signature.inputs, *signature.outputs, *client.inputs, *client.optional, *client.outputs)
-    if any(spec.element_type.is_string for spec in specs):
-        raise ConfigError(
-            f"hooks ({hooks.path}) take and return torch tensors, and this model has string tensors; "
-            "serve it without the hooks parameter"
-        )
-
-
 class HookedRunner:
     """An IOBindingRunner with hooks around each run, behind the interface request gathering uses
     (gather.BatchRunner: check, run_batch, outputs_follow_batch). The checks of what the hooks return are
@@ -327,39 +316,3 @@ class HookedRunner:
 
 def _rows(tensors: Mapping[str, torch.Tensor]) -> int:
     return int(next(iter(tensors.values())).shape[0])
-
-
-def check_config_around_hooks(
-    config: ServedConfig,
-    hooks: Hooks,
-    inputs: Sequence[TensorSpec],
-    outputs: Sequence[TensorSpec],
-) -> None:
-    """The load-time check of config.pbtxt against the ONNX file's `inputs` and `outputs`, for the sides
-    no hook stands on: the inputs when there is no preprocess, the outputs when there is no postprocess. A
-    hook may change names, dtypes and shapes, so its side is checked on each run instead (HookedRunner).
-    A config without inputs or outputs (the hooks module declares none, or auto-complete did not run) is
-    refused: the model would be ready with a signature no client can call."""
-    if not config.inputs or not config.outputs:
-        missing = " and ".join(
-            kind for kind, listed in (("inputs", config.inputs), ("outputs", config.outputs)) if not listed
-        )
-        if hooks.declared is None:
-            raise ConfigError(undeclared_message(hooks.path, missing))
-        raise ConfigError(
-            f"config.pbtxt lists no {missing}, though hooks module {hooks.path} declares them: auto-complete "
-            "did not run (tritonserver --disable-auto-complete-config?); write them in config.pbtxt"
-        )
-    if hooks.declared is not None and config.batched:
-        declared = (*hooks.declared.inputs, *hooks.declared.optional, *hooks.declared.outputs)
-        fixed = [spec.name for spec in declared if not spec.shape or isinstance(spec.shape[0], int)]
-        if fixed:
-            raise ConfigError(
-                f"hooks module {hooks.path} declares {fixed} without an open first axis, but max_batch_size "
-                f"is {config.max_batch_size}: declare the batch axis as -1 (e.g. [-1, 2010]), or set "
-                "max_batch_size: 0"
-            )
-    if hooks.preprocess is None:
-        check_config(config.with_tensors(outputs=()), inputs, ())
-    if hooks.postprocess is None:
-        check_config(config.with_tensors(inputs=()), (), outputs)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import ConfigError
+from .hook_tensors import undeclared_message
 from .options import ModelOptions, parse_options
 from .served_config import ServedConfig
 from .signature import TensorSpec, check_config, one_value_per_request, shape_text
@@ -114,19 +115,70 @@ def check_tensors(
     overridable: Sequence[TensorSpec] = (),
 ) -> tuple[str, ...]:
     """config.pbtxt against the ONNX file's inputs and outputs (signature.check_config; `overridable`:
-    the inputs a request may send), or, with hooks, on the sides no hook stands on
-    (hooks.check_config_around_hooks). Returns the notes the load logs (at INFO) and `triton-ort config`
-    prints: one_value_inputs_note."""
+    the inputs a request may send), or, with hooks, on the sides no hook stands on, and no string tensor
+    on either side. Returns the notes the load logs (at INFO) and `triton-ort config` prints:
+    one_value_inputs_note."""
     if hooks is None:
         check_config(config, inputs, outputs, overridable)
         note = one_value_inputs_note(config, overridable)
         if note:
             LOGGER.info("model %r: %s", config.name, note)
         return (note,) if note else ()
-    from .hooks import check_config_around_hooks
-
-    check_config_around_hooks(config, hooks, inputs, outputs)
+    _refuse_strings_around_hooks(config, hooks, (*inputs, *outputs))
+    _check_config_around_hooks(config, hooks, inputs, outputs)
     return ()
+
+
+def _refuse_strings_around_hooks(
+    config: ServedConfig, hooks: Hooks, model_tensors: Sequence[TensorSpec]
+) -> None:
+    """Hooks take and return torch tensors: a model with string tensors (the model's or the client's)
+    cannot have them."""
+    from .hooks import ClientSpecs
+
+    client = ClientSpecs.from_config(config)
+    specs = (*model_tensors, *client.inputs, *client.optional, *client.outputs)
+    if any(spec.element_type.is_string for spec in specs):
+        raise ConfigError(
+            f"hooks ({hooks.path}) take and return torch tensors, and this model has string tensors; "
+            "serve it without the hooks parameter"
+        )
+
+
+def _check_config_around_hooks(
+    config: ServedConfig,
+    hooks: Hooks,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+) -> None:
+    """The load-time check of config.pbtxt against the ONNX file's `inputs` and `outputs`, for the sides
+    no hook stands on: the inputs when there is no preprocess, the outputs when there is no postprocess. A
+    hook may change names, dtypes and shapes, so its side is checked on each run instead (HookedRunner).
+    A config without inputs or outputs (the hooks module declares none, or auto-complete did not run) is
+    refused: the model would be ready with a signature no client can call."""
+    if not config.inputs or not config.outputs:
+        missing = " and ".join(
+            kind for kind, listed in (("inputs", config.inputs), ("outputs", config.outputs)) if not listed
+        )
+        if hooks.declared is None:
+            raise ConfigError(undeclared_message(hooks.path, missing))
+        raise ConfigError(
+            f"config.pbtxt lists no {missing}, though hooks module {hooks.path} declares them: auto-complete "
+            "did not run (tritonserver --disable-auto-complete-config?); write them in config.pbtxt"
+        )
+    if hooks.declared is not None and config.batched:
+        declared = (*hooks.declared.inputs, *hooks.declared.optional, *hooks.declared.outputs)
+        fixed = [spec.name for spec in declared if not spec.shape or isinstance(spec.shape[0], int)]
+        if fixed:
+            raise ConfigError(
+                f"hooks module {hooks.path} declares {fixed} without an open first axis, but max_batch_size "
+                f"is {config.max_batch_size}: declare the batch axis as -1 (e.g. [-1, 2010]), or set "
+                "max_batch_size: 0"
+            )
+    if hooks.preprocess is None:
+        check_config(config.with_tensors(outputs=()), inputs, ())
+    if hooks.postprocess is None:
+        check_config(config.with_tensors(inputs=()), (), outputs)
 
 
 def one_value_inputs_note(config: ServedConfig, overridable: Sequence[TensorSpec]) -> str | None:

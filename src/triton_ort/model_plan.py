@@ -95,10 +95,9 @@ class ModelPlan:
         if hooks is None:
             one_value = {s.name: s for s in overridable if one_value_per_request(s)}
         else:
-            from .hooks import ClientSpecs, refuse_strings
+            from .hooks import ClientSpecs
 
             client = ClientSpecs.from_config(config)
-            refuse_strings(hooks, signature, client)
         # Requests can be concatenated along axis 0 only if every output's first axis is that same batch
         # axis (the runner's outputs_follow_batch); with hooks, config.pbtxt's outputs must have one.
         runner_follows_batch = outputs_follow_batch(inputs, outputs)

@@ -141,6 +141,22 @@ def test_config_imports_the_hooks_module_as_the_load_does(
     assert done.returncode == 2 and "h.py failed to import: RuntimeError: no such device" in done.stderr, done
 
 
+def test_config_refuses_hooks_on_a_model_with_strings_as_the_load_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "strings"
+    graphs.strings_beside_numbers(folder / "1" / "model.onnx")
+    (folder / "config.pbtxt").write_text(
+        'backend: "onnxruntime_zerocopy"\nmax_batch_size: 8\n'
+        'input { name: "x" data_type: TYPE_FP32 dims: [2] }\n'
+        'output { name: "y" data_type: TYPE_FP32 dims: [2] }\n'
+        'parameters { key: "hooks" value { string_value: "h.py" } }\n'
+    )
+    (folder / "1" / "h.py").write_text("def preprocess(inputs):\n    return inputs\n")
+    done = in_process(capsys, "config", str(folder))
+    assert done.returncode == 2 and "this model has string tensors" in done.stderr, done
+
+
 def test_config_refuses_a_python_model_that_triton_ort_does_not_serve(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
