@@ -14,24 +14,22 @@ share a run, which gets that value once.
 Whether a model's requests are gathered at all is the model plan's decision (parameter gather_requests; a
 graph that mixes rows across the batch axis runs them one per ORT run: row_mixing.py).
 
-A request that fails alone is classified (`classify_failure`): what its own tensors caused is the client's
-(`InputError`), a device short of memory for now is `Unavailable`, anything else is the server's
+A request that fails alone is classified (ort_errors.classify_failure): what its own tensors caused is the
+client's (`InputError`), a device short of memory for now is `Unavailable`, anything else is the server's
 (`InferenceError`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 import torch
-from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 
-from .errors import InferenceError, InputError, TritonOrtError, Unavailable
+from .errors import InferenceError, InputError
+from .ort_errors import classify_failure, device_memory_bytes
 from .session import Placement
 
 LOGGER = logging.getLogger(__name__)
@@ -86,75 +84,12 @@ def _group_key(tensors: Tensors, shared: frozenset[str]) -> tuple[object, ...] |
     return tuple(key) if rows is not None else None
 
 
-# The size of the allocation that failed, as ORT's arena words it (bfc_arena.cc: "Failed to allocate memory
-# for requested buffer of size N", "... smaller than requested bytes of N") and torch ("Tried to allocate").
-_ALLOCATION = re.compile(
-    r"(?:requested buffer of size|requested bytes of|Tried to allocate) ([\d.]+) ?([KMGT]iB|B|bytes)?"
-)
-_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
-# A kernel that failed because the device did (not because of the request's values), as ORT's CUDA EP
-# words it (cuda_call.cc: "CUDA failure N", "CUBLAS failure", "CUDNN failure", "CUDA error cudaError...").
-_DEVICE_FAILURE = re.compile(
-    r"\b(CUDA|CUBLAS|CUDNN|CUDNN_FE|CUFFT|CURAND|NCCL) (failure|error)", re.IGNORECASE
-)
-
-
-# run_with_iobinding drops ORT's status code (onnxruntime_pybind_state.cc throws std::runtime_error("Error in
-# execution: " + message)), so a kernel's failure is known by the executor's words (sequential_executor.cc).
-_KERNEL_FAILURE = re.compile(r"Non-zero status code returned while running \w+ node")
-
-
-def _failed_allocation_bytes(message: str) -> int | None:
-    match = _ALLOCATION.search(message)
-    if match is None:
-        return None
-    return int(float(match.group(1)) * _UNITS.get(match.group(2) or "", 1))
-
-
-def _is_out_of_memory(error: Exception) -> bool:
-    message = str(error)
-    return (
-        isinstance(error, torch.cuda.OutOfMemoryError | MemoryError)
-        or "out of memory" in message.lower()
-        or _ALLOCATION.search(message) is not None
-    )
-
-
-def device_memory_bytes(runner: BatchRunner) -> int:
-    """All the memory of the device the runner computes on: what no request may exceed on its own."""
-    if runner.placement.is_cuda:
-        return int(torch.cuda.get_device_properties(runner.placement.device_id).total_memory)
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-def classify_failure(error: Exception, capacity_bytes: int) -> TritonOrtError:
-    """One request's failure (it ran alone, after validation) as the library error that says whose it is."""
-    if isinstance(error, TritonOrtError):
-        return error
-    if _is_out_of_memory(error):
-        needed = _failed_allocation_bytes(str(error))
-        if needed is not None and needed > capacity_bytes:
-            return InputError(
-                f"this request needs a buffer of {needed} bytes, more than the device's {capacity_bytes} "
-                f"bytes; send fewer rows or values that need less memory ({error})"
-            )
-        return Unavailable(f"device memory is exhausted by the current load; retry later ({error})")
-    if isinstance(error, ort_errors.InvalidArgument):
-        return InputError(f"the model refused this request's inputs: {error}")
-    message = str(error)
-    if _KERNEL_FAILURE.search(message) and not _DEVICE_FAILURE.search(message):
-        # ORT_ENFORCE inside a kernel (a broadcast of unequal axes, a Reshape that cannot fit, an index out of
-        # range) fails the run; the request passed validation and ran alone, so its values caused it.
-        return InputError(f"the model could not compute this request's values: {error}")
-    return InferenceError(f"inference failed on the server: {type(error).__name__}: {error}")
-
-
 def run_one(runner: BatchRunner, tensors: Tensors) -> Result:
     """One checked request; any failure becomes that request's classified error instead of an exception."""
     try:
         return runner.run_batch((tensors,))
     except Exception as error:
-        return classify_failure(error, device_memory_bytes(runner))
+        return classify_failure(error, device_memory_bytes(runner.placement))
 
 
 def _run_gathered(runner: BatchRunner, group: Sequence[Tensors]) -> list[Result] | None:

@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import onnxruntime as ort
@@ -48,6 +47,7 @@ from .graph_buckets import (
     graphs_on,
     signature_at,
 )
+from .ort_errors import mismatched_outputs
 from .output_placement import OutputPlacement
 from .run_plans import (
     PLAN_CACHE_SIZE,
@@ -69,29 +69,6 @@ from .tensor_checks import Signature, check_against_specs, check_shared_axes, si
 LOGGER = logging.getLogger(__name__)
 
 Tensors = Mapping[str, torch.Tensor]
-
-# ORT's refusal of an output buffer bound at another shape than the run computes. 1.32 names the output:
-# "The output OrtValue provided for output 'present' of node '' (Concat) has shape {2,6} but the computed
-# output shape for this run is {2,4}"; earlier releases do not: "OrtValue shape verification failed.
-# Current shape:{2,6} Requested shape:{2,4}", or the allocation planner's "Shape mismatch attempting to
-# re-use buffer" (also said for ORT's own buffers: such a run fails again, and then stands).
-_BOUND_SHAPE_MISMATCH = re.compile(
-    r"The output OrtValue provided for output '(?P<name>[^']+)'.* has shape .* but the computed output shape"
-    r"|OrtValue shape verification failed"
-    r"|Shape mismatch attempting to re-use buffer"
-)
-
-
-def mismatched_outputs(error: Exception, planned: Collection[str]) -> frozenset[str]:
-    """The planned outputs that ORT computed at another size than their bound buffers (`error`: a failed
-    run), or none where the run failed otherwise. Where ORT does not name the output, every planned one
-    whose size the plan took from an input axis."""
-    found = _BOUND_SHAPE_MISMATCH.search(str(error))
-    if found is None:
-        return frozenset()
-    if found["name"] is not None:
-        return frozenset({found["name"]}) & frozenset(planned)
-    return frozenset(planned)
 
 
 def _reads_inputs_on_host(session: ort.InferenceSession) -> bool:

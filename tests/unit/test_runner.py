@@ -15,6 +15,7 @@ from tests.support.dlpack_layout import python_backend_accepts
 from tests.support.paths import demo_onnx
 from triton_ort import InputError, IOBindingRunner, Placement
 from triton_ort import runner as runner_module
+from triton_ort.ort_errors import mismatched_outputs
 from triton_ort.output_placement import OutputPlacement
 from triton_ort.tensor_checks import signature_of
 
@@ -360,12 +361,12 @@ def test_a_run_failing_otherwise_is_not_run_again(tmp_path: Path) -> None:
 
 def test_the_older_ort_wordings_leave_every_planned_output_to_ort() -> None:
     older = RuntimeError("Shape mismatch attempting to re-use buffer. {2,6} != {2,4}. Validate usage")
-    assert runner_module.mismatched_outputs(older, ["present", "logits"]) == {"present", "logits"}
+    assert mismatched_outputs(older, ["present", "logits"]) == {"present", "logits"}
     verified = RuntimeError("OrtValue shape verification failed. Current shape:{2,6} Requested shape:{2,4}")
-    assert runner_module.mismatched_outputs(verified, ["present"]) == {"present"}
+    assert mismatched_outputs(verified, ["present"]) == {"present"}
     newer = RuntimeError(
         "The output OrtValue provided for output 'present' of node '' (Concat) has shape {2,6} but the "
         "computed output shape for this run is {2,4}."
     )
-    assert runner_module.mismatched_outputs(newer, ["present", "logits"]) == {"present"}
-    assert runner_module.mismatched_outputs(RuntimeError("out of memory"), ["present"]) == set()
+    assert mismatched_outputs(newer, ["present", "logits"]) == {"present"}
+    assert mismatched_outputs(RuntimeError("out of memory"), ["present"]) == set()
