@@ -25,6 +25,10 @@ A CPU instance's host memory, the same way (no GPU needed; RSS and USS, the page
                    stub that never imports torch would hold of the model
   cpu_torch        the same with torch imported first, as every stub does today
   cpu_instance     a CPU ModelInstance as a stub holds it, after one gathered execute of 16 requests
+
+`--served-small N` measures a whole server instead: N tiny CPU models (y = x * k, one instance each,
+served by the demo's model.py), one request each, then every stub's RSS and USS and their sums: what a
+repository of many small models costs the host.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 
 from client.bench_common import BATCH, ROOT, aligned, host_environment, write_report
@@ -90,6 +95,68 @@ def _instance(model: str, repository: Path, parameters: dict[str, str], kind: st
     for result in instance.infer([request] * 16):  # one gathered execute, as c=16 makes them
         assert not isinstance(result, Exception), result
     return instance
+
+
+SMALL_MODEL_PY = ROOT / "model_repository" / "demo" / "1" / "model.py"
+
+
+def write_small_models(root: Path, count: int) -> list[str]:
+    """`count` tiny models (float x[4] -> y = x * k, k their number), one CPU instance each."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from triton_ort.onnx_files import save_model
+
+    names = []
+    for k in range(1, count + 1):
+        name = f"small{k}"
+        graph = helper.make_graph(
+            [helper.make_node("Mul", ["x", "k"], ["y"])],
+            name,
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+            initializer=[numpy_helper.from_array(np.full([1], float(k), np.float32), "k")],
+        )
+        save_model(graph, root / name / "1" / "model.onnx")
+        (root / name / "1" / "model.py").write_bytes(SMALL_MODEL_PY.read_bytes())
+        (root / name / "config.pbtxt").write_text(
+            f'name: "{name}"\nbackend: "python"\nmax_batch_size: 8\n'
+            'input [ { name: "x", data_type: TYPE_FP32, dims: [ 4 ] } ]\n'
+            'output [ { name: "y", data_type: TYPE_FP32, dims: [ 4 ] } ]\n'
+            "instance_group [ { kind: KIND_CPU, count: 1 } ]\n"
+        )
+        names.append(name)
+    return names
+
+
+def measure_served_small(count: int, root: Path) -> dict[str, Any]:
+    """Serve `count` tiny models in one server, ask each once (checking its answer), read every stub."""
+    import tritonclient.http as httpclient
+
+    from triton_ort.harness.processes import stub_processes
+    from triton_ort.harness.server import LocalTritonServer
+
+    names = write_small_models(root, count)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    with LocalTritonServer(root) as server:
+        assert server.process is not None
+        client = httpclient.InferenceServerClient(server.http_url)
+        for k, name in enumerate(names, start=1):
+            item = httpclient.InferInput("x", [2, 4], "FP32")
+            item.set_data_from_numpy(x)
+            answer = client.infer(name, [item]).as_numpy("y")
+            assert answer is not None and np.array_equal(answer, x * k), f"{name} answered {answer}"
+        stubs = sorted(stub_processes(server.process.pid))
+        memory = [psutil.Process(pid).memory_full_info() for pid in stubs]
+        server_rss = psutil.Process(server.process.pid).memory_info().rss
+    return {
+        "models": count,
+        "stubs": len(stubs),
+        "stub_rss_mib": [m.rss / MIB for m in memory],
+        "stub_uss_mib": [m.uss / MIB for m in memory],
+        "stubs_rss_total_mib": sum(m.rss for m in memory) / MIB,
+        "stubs_uss_total_mib": sum(m.uss for m in memory) / MIB,
+        "server_rss_mib": server_rss / MIB,
+    }
 
 
 def run_stage(stage: str, model: str, repository: Path) -> dict[str, Any]:
@@ -176,6 +243,7 @@ def main() -> None:
     parser.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
     parser.add_argument("--repository", type=Path, default=ROOT / "bench_repository")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--served-small", type=int, metavar="N", help="N tiny CPU models in one server")
     parser.add_argument("--child", choices=STAGES, help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -183,6 +251,15 @@ def main() -> None:
         child_main(args.child, args.model, args.repository)
         return
     exit_on_termination()
+    if args.served_small:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="bench_memory_") as scratch:
+            report = measure_served_small(args.served_small, Path(scratch))
+        print(json.dumps(report, indent=2))
+        if args.json:
+            write_report(args.json, {"command": " ".join(sys.argv), "host": host_environment(), **report})
+        return
     rows = []
     for model in args.models:
         for stage in args.stages:

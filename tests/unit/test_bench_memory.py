@@ -3,6 +3,8 @@ the stage says so (the figure that separates what torch costs a CPU stub from wh
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from diagnostics.bench_memory import measure
 from tests.support.paths import MODEL_REPOSITORY
 
@@ -14,3 +16,14 @@ def test_the_cpu_stages_separate_torch_from_the_model() -> None:
     assert rows["cpu_torch"]["torch_imported"] is True, rows["cpu_torch"]
     assert 0 < rows["cpu_ort"]["uss_mib"] <= rows["cpu_ort"]["rss_mib"]
     assert rows["cpu_torch"]["uss_mib"] > rows["cpu_ort"]["uss_mib"]
+
+
+def test_the_small_models_repository_is_one_the_server_accepts(tmp_path: Path) -> None:
+    from diagnostics.bench_memory import write_small_models
+    from triton_ort.harness.checks import check_repository
+    from triton_ort.harness.repository import read_config
+
+    names = write_small_models(tmp_path, 3)
+    check_repository(tmp_path)  # raises on a missing file or an unreadable config
+    assert names == ["small1", "small2", "small3"]
+    assert all(read_config(tmp_path / name).instance_group[0].count == 1 for name in names)
