@@ -1,4 +1,4 @@
-"""ONNX files: read once the same way (without external weights), walked the same way (every subgraph),
+"""ONNX files: read one way (without external weights), walked one way (every subgraph),
 and written so that the installed ONNX Runtime can read them: one opset, and the IR version it needs.
 
 `onnx.helper.make_model` stamps the newest IR version the installed onnx knows (onnx 1.23 writes IR 14),

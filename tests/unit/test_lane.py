@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from tests.support.paths import demo_onnx
+from tests.support.paths import demo_instance_config, demo_onnx
 from triton_ort.errors import InferenceError, InputError
 from triton_ort.execute import Lane
 from triton_ort.gather import run_requests
@@ -20,12 +20,6 @@ from triton_ort.runner import IOBindingRunner
 from triton_ort.served_config import ServedConfig
 from triton_ort.session import Placement
 
-DEMO_CONFIG = {
-    "name": "demo",
-    "max_batch_size": 64,
-    "input": [{"name": "np_script_embeddings", "data_type": "TYPE_FP32", "dims": [2010]}],
-    "output": [{"name": "np_logits", "data_type": "TYPE_FP32", "dims": [2]}],
-}
 INPUT, OUTPUT = "np_script_embeddings", "np_logits"
 
 
@@ -41,7 +35,7 @@ def _lane(plan: ModelPlan) -> Lane:
 
 @pytest.fixture(scope="module")
 def plan() -> ModelPlan:
-    config = ServedConfig.parse(DEMO_CONFIG)
+    config = ServedConfig.parse(demo_instance_config(64))
     return ModelPlan.build(
         config, checked_options(config), None, demo_onnx(), _runner().signature, graphs=False
     )

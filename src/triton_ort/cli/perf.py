@@ -814,9 +814,9 @@ def request_slots(
     expected: list[OutputSpec],
     count: int,
 ) -> Iterator[list[tuple[list[Any], list[Any]]]]:
-    """The request tensors: numpy in the body (one set, shared by every slot), or with --shared-memory a
-    set of registered regions for each slot (its own outputs; CUDA or system shared memory), removed at the
-    end."""
+    """The request tensors: numpy in the body (a slot per request, which Load.ask takes in turn, whatever
+    the concurrency), or with --shared-memory a set of registered regions for each of `count` slots (its
+    own outputs; CUDA or system shared memory; one request only), removed at the end."""
     module = PROTOCOLS[args.protocol]
     kind = args.shared_memory
     requests = [requests] if isinstance(requests, dict) else requests
