@@ -42,7 +42,8 @@ def _stubs(server: LocalTritonServer) -> dict[int, str]:
 
 
 def _stubs_of(server: LocalTritonServer, model: str) -> set[int]:
-    return {pid for pid, model_py in _stubs(server).items() if Path(model_py).parts[-3] == model}
+    # A stub read while it starts may not show its model.py yet ("?"): it belongs to no model until it does.
+    return {pid for pid, model_py in _stubs(server).items() if Path(model_py).parts[-3:-2] == (model,)}
 
 
 def _one_stub(server: LocalTritonServer, model: str) -> int:
