@@ -47,7 +47,7 @@ applies to a config that may already be partly written:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -364,12 +364,15 @@ def _may_run_on_gpu(model_config: Mapping[str, Any]) -> bool:
     return not groups or any(str(g.get("kind") or "KIND_AUTO") != "KIND_CPU" for g in groups)
 
 
-def zero_copy_warning(model_config: Mapping[str, Any], gpu_visible: bool) -> str | None:
+def zero_copy_warning(model_config: Mapping[str, Any], gpu_visible: bool | Callable[[], bool]) -> str | None:
     """The one warning for a model on a GPU host whose config leaves FORCE_CPU_ONLY_INPUT_TENSORS unset:
     the python backend then copies every GPU input (CUDA shared memory, an upstream GPU model) to the host,
-    and this backend copies it back. None where that cannot happen or the config decides it."""
+    and this backend copies it back. None where that cannot happen or the config decides it. A callable
+    `gpu_visible` is asked last, only for a model that may run on a GPU (the stub's asks torch)."""
     parameters = model_config.get("parameters") or {}
-    if FORCE_CPU_ONLY_INPUT_TENSORS in parameters or not gpu_visible or not _may_run_on_gpu(model_config):
+    if FORCE_CPU_ONLY_INPUT_TENSORS in parameters or not _may_run_on_gpu(model_config):
+        return None
+    if not (gpu_visible() if callable(gpu_visible) else gpu_visible):
         return None
     return (
         f"model {model_config.get('name')!r}: GPU inputs (CUDA shared memory, an upstream GPU model) are "

@@ -12,8 +12,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-
-import torch
+from typing import Any
 
 from .stats import log_records
 
@@ -27,22 +26,28 @@ DEVICE_DEVICE_KINDS = ("DtoD", "PtoP")
 
 
 def copy_counting_enabled() -> bool:
-    return os.environ.get("TRITON_ORT_COUNT_COPIES", "") == "1" and torch.cuda.is_available()
+    """TRITON_ORT_COUNT_COPIES=1 on a host with a GPU (only then is torch imported here)."""
+    if os.environ.get("TRITON_ORT_COUNT_COPIES", "") != "1":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
 
 
 @contextlib.contextmanager
-def count_host_device_copies(enabled: bool, device: torch.device | None = None) -> Iterator[None]:
+def count_host_device_copies(enabled: bool, device: Any = None) -> Iterator[None]:
     """Log 'host<->device copies (CUPTI): N' and 'device<->device copies (CUPTI): N' for the code run
     inside, when enabled. `device`: the GPU to synchronise before counting (the instance's; None would be
     the current device)."""
     if not enabled:
         yield
         return
+    import torch
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
         yield
-        torch.cuda.synchronize(device if device is not None and device.type == "cuda" else None)
+        torch.cuda.synchronize(device if getattr(device, "type", None) == "cuda" else None)
     names = [e.name for e in profiler.events() if e.name.startswith("Memcpy ")]
     for marker, kinds in ((CUPTI_MARKER, HOST_DEVICE_KINDS), (DEVICE_COPIES_MARKER, DEVICE_DEVICE_KINDS)):
         counts = {kind: sum(f"Memcpy {kind} " in name for name in names) for kind in kinds}

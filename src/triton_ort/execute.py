@@ -18,16 +18,19 @@ import contextlib
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
+from .arrays import Arrays
 from .errors import InferenceError, InputError
 from .gather import BatchRunner, Result, run_requests
 from .model_plan import ModelPlan
 from .runner import IOBindingRunner
 from .signature import Dim, TensorSpec
+
+if TYPE_CHECKING:
+    import torch
 
 LOGGER = logging.getLogger(__name__)
 
@@ -36,6 +39,8 @@ LOGGER = logging.getLogger(__name__)
 def _on_stream(stream: torch.cuda.Stream) -> Iterator[None]:
     """The lane's device and stream current for the code inside; on leaving, the previous stream is
     restored on this same device, so no other device is ever made current (and given a context)."""
+    import torch
+
     with torch.cuda.device(stream.device), torch.cuda.stream(stream):
         yield
 
@@ -49,7 +54,7 @@ class Lane:
     batch_runner: BatchRunner
     stream: torch.cuda.Stream | None
 
-    def queue(self, requests: Sequence[Mapping[str, torch.Tensor]]) -> list[Result]:
+    def queue(self, requests: Sequence[Mapping[str, Any]]) -> list[Result]:
         """Results in request order, queued on the lane's stream: complete once `wait` returns. The
         previous execute's outputs must have been consumed (Triton has copied them before it sends the next
         execute): their buffers are written again."""
@@ -73,7 +78,7 @@ class Lane:
             return [r if isinstance(r, InputError) else failure for r in results]
         return results
 
-    def _run(self, requests: Sequence[Mapping[str, torch.Tensor]]) -> list[Result]:
+    def _run(self, requests: Sequence[Mapping[str, Any]]) -> list[Result]:
         """run_requests, with one-value inputs made what the model takes first."""
         plan = self.plan
         if not plan.one_value:
@@ -87,14 +92,14 @@ class Lane:
         """A failed run may have left ORT's CUDA arena swollen; a tiny run with shrinkage gives it back now
         rather than at the next request."""
         if self.runner.arena_needs_shrink:
-            zeros = zeros_request(self.plan, self.runner.device, self.runner.inputs)
+            zeros = zeros_request(self.plan, self.runner.arrays, self.runner.inputs)
             result = run_requests(self.runner, [zeros], gather=False)[0]
             if isinstance(result, Exception):
                 LOGGER.warning("could not shrink ORT's CUDA arena after a failed run: %s", result)
 
 
 def zeros_request(
-    plan: ModelPlan, device: torch.device, specs: Sequence[TensorSpec], batch_size: int = 1
+    plan: ModelPlan, arrays: Arrays, specs: Sequence[TensorSpec], batch_size: int = 1
 ) -> dict[str, Any]:
     """Zeros of `specs`' shapes: `batch_size` rows where Triton batches (max_batch_size > 0, axis 0), other
     variable axes 1. For warm-up and arena clean-up runs."""
@@ -109,6 +114,6 @@ def zeros_request(
         shape = [size(axis, d) for axis, d in enumerate(spec.shape)]
         if spec.element_type.is_string:  # strings travel as numpy bytes (string_runner.py)
             return np.full(shape, b"", dtype=object)
-        return torch.zeros(shape, dtype=spec.element_type.tensor_dtype, device=device)
+        return arrays.zeros(shape, spec.element_type)
 
     return {spec.name: zeros(spec) for spec in specs}

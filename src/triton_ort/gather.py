@@ -1,7 +1,8 @@
 """Request gathering: the requests of one execute() become one ORT run where their shapes allow it.
 
 Requests whose inputs agree on everything but the batch (first) axis are concatenated on the device, run
-once, and the outputs split back per request. A request that cannot join a group runs alone, and so does
+once, and the outputs split back per request (views of the joint output: torch tensors or numpy arrays,
+whichever the runner binds, arrays.py). A request that cannot join a group runs alone, and so does
 every request of a group whose joint run failed, so one bad request never fails its neighbours.
 
 Overridable inputs (an ONNX initializer that a request may replace, runner.py) take part as follows, so
@@ -26,7 +27,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
-import torch
 
 from .errors import InferenceError, InputError
 from .ort_errors import classify_failure, device_memory_bytes
@@ -34,8 +34,9 @@ from .session import Placement
 
 LOGGER = logging.getLogger(__name__)
 
-Tensors = Mapping[str, torch.Tensor]
-Result = dict[str, torch.Tensor] | Exception
+Tensors = Mapping[str, Any]
+"""A request's tensors: torch tensors or numpy arrays (arrays.py); strings as numpy arrays."""
+Result = dict[str, Any] | Exception
 
 
 class BatchRunner(Protocol):
@@ -52,17 +53,21 @@ class BatchRunner(Protocol):
         """Raise InputError when a request's tensors do not fit the runner's inputs."""
         ...
 
-    def run_batch(self, requests: Sequence[Tensors]) -> dict[str, torch.Tensor]:
+    def run_batch(self, requests: Sequence[Tensors]) -> dict[str, Any]:
         """One run of checked requests: one request's tensors, or several concatenated along axis 0."""
         ...
 
 
-def _value(tensor: torch.Tensor | np.ndarray[Any, Any]) -> bytes:
+def _value(tensor: Any) -> bytes:
     """A tensor's bytes: equal bytes, equal answers (NaN included). One copy to the host for a device
     tensor; only the small inputs that hold one value per run are keyed so. A string input arrives as a
     numpy object array, keyed by its values' text."""
     if isinstance(tensor, np.ndarray):
-        return repr(tensor.ravel().tolist()).encode()
+        if tensor.dtype.kind in "OSU":
+            return repr(tensor.ravel().tolist()).encode()
+        return tensor.tobytes()
+    import torch
+
     return bytes(tensor.reshape(-1).view(torch.uint8).cpu().numpy().tobytes())
 
 
@@ -102,10 +107,10 @@ def _run_gathered(runner: BatchRunner, group: Sequence[Tensors]) -> list[Result]
     except Exception as error:
         LOGGER.info("gathered run of %d requests failed (%s); running them one by one", len(group), error)
         return None
-    if any(t.dim() == 0 or t.shape[0] != total for t in outputs.values()):
+    if any(len(t.shape) == 0 or t.shape[0] != total for t in outputs.values()):
         return None  # an output without a batch axis cannot be split per request
-    pieces = {name: torch.split(t, rows) for name, t in outputs.items()}
-    return [{name: pieces[name][i] for name in outputs} for i in range(len(group))]
+    starts = [sum(rows[:i]) for i in range(len(group) + 1)]
+    return [{name: t[starts[i] : starts[i + 1]] for name, t in outputs.items()} for i in range(len(group))]
 
 
 def run_requests(runner: BatchRunner, requests: Sequence[Tensors], gather: bool) -> list[Result]:

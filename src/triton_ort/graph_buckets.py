@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import onnxruntime as ort
-import torch
 
 from .run_plans import OutputDim, RowViews, RunPlan
 from .session import Placement, cuda_graphs_enabled
 from .tensor_checks import Signature
+
+if TYPE_CHECKING:
+    import torch
 
 LOGGER = logging.getLogger(__name__)
 
@@ -107,7 +110,7 @@ def signature_at(tensors: Mapping[str, torch.Tensor], rows: int, shared_inputs: 
         (
             name,
             tensor.dtype,
-            tensor.shape if name in shared_inputs else torch.Size((rows, *tensor.shape[1:])),
+            tensor.shape if name in shared_inputs else _torch_size((rows, *tensor.shape[1:])),
         )
         for name, tensor in tensors.items()
     )
@@ -133,3 +136,10 @@ def copy_into_graph(
             fixed[rows:].copy_(tensor[-1:].expand_as(fixed[rows:]), non_blocking=True)
         views.inputs[name].copy_(tensor, non_blocking=True)
     plan.padding_written = True
+
+
+def _torch_size(shape: tuple[int, ...]) -> torch.Size:
+    """A shape as torch spells it (graphs run on CUDA sessions, on torch): equal to a signature's Size."""
+    import torch
+
+    return torch.Size(shape)

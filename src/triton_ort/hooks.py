@@ -29,12 +29,13 @@ from typing import Any, Protocol
 
 import torch
 
+from .arrays import concatenate
 from .dtypes import from_triton_type
 from .errors import ConfigError, InputError, TritonOrtError
 from .hook_tensors import HookTensors, read_declarations
 from .output_placement import OutputPlacement
 from .run_plans import BoundedSet
-from .runner import IOBindingRunner, concatenate
+from .runner import IOBindingRunner
 from .served_config import ConfigTensor, ServedConfig
 from .signature import Dim, TensorSpec
 from .tensor_checks import Signature, check_against_specs, signature_of
@@ -234,7 +235,7 @@ class HookedRunner:
         if len(requests) == 1:
             inputs = {name: self.runner.to_device(t) for name, t in requests[0].items()}
         else:  # the session reads what preprocess returns, so no buffer of the runner's is written here
-            inputs = concatenate(requests, self.shared_inputs, self.runner.to_device, {})
+            inputs = concatenate(self.runner.arrays, requests, self.shared_inputs, {})
         model_inputs = inputs
         if self.hooks.preprocess is not None:
             model_inputs = _call(self._preprocess_name, self.hooks.preprocess, dict(inputs))

@@ -3,6 +3,9 @@
 An instance is a device, a CUDA stream, an ORT session and a runner, built from the model plan
 (model_plan.py), with one lane (execute.py) that Triton's execute() runs on; warm-up and the custom metrics
 are small steps of its load and of each execute.
+
+torch is imported only by an instance that runs on it (a GPU instance, or hooks): a CPU instance that the
+python backend asks to run on numpy (`numpy_on_cpu`) never imports it (arrays.py).
 """
 
 from __future__ import annotations
@@ -11,17 +14,16 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from .arrays import NumpyArrays
 from .cuda_context import lower_stack_limit
 from .errors import ProviderError
 from .execute import Lane, zeros_request
 from .gather import Result
-from .load_checks import check_python_backend_types, checked_options, load_hooks
+from .load_checks import bf16_tensors, check_python_backend_types, checked_options, load_hooks
 from .metrics import InstanceMetrics, request_rows
 from .model_plan import ModelPlan
 from .options import ModelOptions
@@ -30,6 +32,9 @@ from .runner import IOBindingRunner
 from .served_config import ServedConfig
 from .session import Placement, create_session
 from .stats import ExecuteStats
+
+if TYPE_CHECKING:
+    import torch
 
 LOGGER = logging.getLogger(__name__)
 
@@ -44,6 +49,8 @@ def _new_stream(device_id: int) -> torch.cuda.Stream:
     sets that device. Measured on a 2-GPU host: 518-770 MiB on GPU 0 per stub serving GPU 1
     (docs/kubernetes.md, "Several GPUs per pod").
     """
+    import torch
+
     if not torch.cuda.is_available():
         raise ProviderError(
             f"this is a GPU instance (device {device_id}) but torch sees no CUDA device "
@@ -80,15 +87,22 @@ class ModelInstance:
         instance_kind: str,
         device_id: int,
         metrics: InstanceMetrics | None = None,
-        carries_bf16: bool = True,
+        carries_bf16: Callable[[], bool] = lambda: True,
+        numpy_on_cpu: bool = False,
     ) -> None:
+        """`carries_bf16`: the python backend's probe, asked only of a model with BF16 tensors.
+        `numpy_on_cpu`: a CPU instance without hooks or BF16 tensors takes and answers numpy arrays, and
+        never imports torch (model.py asks for it); otherwise requests and answers are torch tensors."""
         # The checks that need no session or device come from load_checks, which `triton-ort config`
         # runs offline in the same order: its refusals are the load's.
         config = ServedConfig.parse(model_config)  # read once; every check below takes it
-        check_python_backend_types(config, carries_bf16)  # what the python backend probed (model.py)
+        bf16 = bool(bf16_tensors(config))
+        # what the python backend can carry (model.py probes it)
+        check_python_backend_types(config, carries_bf16=not bf16 or carries_bf16())
         options = checked_options(config)
         gpu = instance_kind.upper() == "GPU"
-        stream, placement, self.options = _take_device(gpu, device_id, options)
+        on_numpy = numpy_on_cpu and not gpu and not options.hooks and not bf16
+        stream, placement, self.options = _take_device(gpu, device_id, options, on_torch=not on_numpy)
         hooks = load_hooks(version_dir, self.options)
         onnx_path = version_dir / self.options.onnx_file
         session = create_session(onnx_path, self.options, placement)
@@ -100,6 +114,7 @@ class ModelInstance:
             output_placement=_runner_output_placement(self.options, hooks is not None),
             cuda_graph=self.options.cuda_graph,
             arena_shrinkage=self.options.arena_shrinkage,
+            on_numpy=on_numpy,
         )
         self.plan = ModelPlan.build(
             config, self.options, hooks, onnx_path, self.runner.signature, graphs=self.runner.cuda_graph
@@ -125,15 +140,21 @@ class ModelInstance:
         )
 
     @property
-    def device(self) -> torch.device:
+    def device(self) -> Any:
+        """torch.device where the instance runs on torch; "cpu" on numpy."""
         return self.runner.device
+
+    @property
+    def on_numpy(self) -> bool:
+        """Whether requests and answers are numpy arrays (numpy_on_cpu), not torch tensors."""
+        return isinstance(self.runner.arrays, NumpyArrays)
 
     def _warm_up(self, batch_sizes: Sequence[int]) -> None:
         """One run per batch size, in initialize: Triton reports the model ready only after it. The zeros
         have the shapes clients send, so hooks run too."""
         for batch_size in batch_sizes:
             started = time.perf_counter()
-            zeros = zeros_request(self.plan, self.runner.device, self.plan.request_specs, batch_size)
+            zeros = zeros_request(self.plan, self.runner.arrays, self.plan.request_specs, batch_size)
             result = self.infer([zeros])[0]
             if isinstance(result, Exception):  # a model may reject zeros; serving can still go on
                 LOGGER.warning(
@@ -145,7 +166,7 @@ class ModelInstance:
                 elapsed_ms = (time.perf_counter() - started) * 1e3
                 LOGGER.info("warm-up run at batch size %d took %.1f ms", batch_size, elapsed_ms)
 
-    def infer(self, requests: Sequence[Mapping[str, torch.Tensor]]) -> list[Result]:
+    def infer(self, requests: Sequence[Mapping[str, Any]]) -> list[Result]:
         """Results in request order. On return every output is complete (on the device, or on the host
         where the output placement put it), so handing it on through a raw DLPack capsule (which Triton
         does not synchronise) is safe. Host outputs live in buffers that the next infer() reuses: Triton
@@ -208,15 +229,18 @@ class ModelInstance:
 
 
 def _take_device(
-    gpu: bool, device_id: int, options: ModelOptions
+    gpu: bool, device_id: int, options: ModelOptions, on_torch: bool
 ) -> tuple[torch.cuda.Stream | None, Placement, ModelOptions]:
     """The instance's stream (GPU) and where its session computes; on CPU, the thread policy applied to
     the options."""
     if not gpu:
-        # On CPU, torch only moves and concatenates tensors and ORT's thread pool computes; torch's own
-        # pool spinning after each copy competed with ORT's for the cores (measured: 2-core machine,
-        # concurrency 16, 313 -> 548 requests/s for the demo; docs/benchmarks.md).
-        torch.set_num_threads(1)
+        if on_torch:
+            import torch
+
+            # On CPU, torch only moves and concatenates tensors and ORT's thread pool computes; torch's own
+            # pool spinning after each copy competed with ORT's for the cores (measured: 2-core machine,
+            # concurrency 16, 313 -> 548 requests/s for the demo; docs/benchmarks.md).
+            torch.set_num_threads(1)
         return None, Placement("cpu"), _cpu_thread_policy(options)
     stream = _new_stream(device_id)
     if options.cuda_stack_bytes:

@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 from .errors import InputError
 from .gather import BatchRunner
 from .graph_buckets import padded_rows
@@ -39,6 +37,8 @@ from .served_config import ServedConfig
 from .signature import OnnxSignature, TensorSpec, one_value_per_request
 
 if TYPE_CHECKING:
+    import torch
+
     from .hooks import ClientSpecs, Hooks
     from .runner import IOBindingRunner
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-import torch
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_status
 
 from .errors import InferenceError, InputError, TritonOrtError, Unavailable
@@ -71,8 +71,10 @@ def _failed_allocation_bytes(message: str) -> int | None:
 
 def _is_out_of_memory(error: Exception) -> bool:
     message = str(error)
+    torch = sys.modules.get("torch")  # a runner on numpy never imports it, and then raises none of its errors
     return (
-        isinstance(error, torch.cuda.OutOfMemoryError | MemoryError)
+        isinstance(error, MemoryError)
+        or (torch is not None and isinstance(error, torch.cuda.OutOfMemoryError))
         or "out of memory" in message.lower()
         or _ALLOCATION.search(message) is not None
     )
@@ -81,6 +83,8 @@ def _is_out_of_memory(error: Exception) -> bool:
 def device_memory_bytes(placement: Placement) -> int:
     """All the memory of the device a runner computes on: what no request may exceed on its own."""
     if placement.is_cuda:
+        import torch
+
         return int(torch.cuda.get_device_properties(placement.device_id).total_memory)
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 

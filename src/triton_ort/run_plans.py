@@ -16,13 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import onnxruntime as ort
-import torch
 
 from .session import Placement
 from .signature import TensorSpec
+
+if TYPE_CHECKING:
+    import torch
 
 PLAN_CACHE_SIZE = 32
 """Plans kept per runner, least recently used first out: a load of ever-new batch sizes (gathered requests

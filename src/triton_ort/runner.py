@@ -1,4 +1,7 @@
-"""Run an ORT session on torch tensors with IO binding: inputs and outputs stay where they are.
+"""Run an ORT session with IO binding: inputs and outputs stay where they are.
+
+The runner binds torch tensors (a GPU instance, or hooks) or numpy arrays (a CPU instance: no torch in its
+stub), through its `Arrays` (arrays.py); nothing below depends on which.
 
 Everything that depends only on a request's input signature (names, dtypes, shapes) is worked out once, in
 a `RunPlan` (run_plans.py): the output shapes, where the outputs go (output_placement.py), the output
@@ -32,13 +35,13 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import onnxruntime as ort
-import torch
-import torch.utils.dlpack
 
+from .arrays import Arrays, NumpyArrays, TorchArrays, concatenate
+from .dtypes import from_onnx_type
 from .graph_buckets import (
     MAX_CUDA_GRAPHS,
     batch_bucket,
@@ -68,7 +71,8 @@ from .tensor_checks import Signature, check_against_specs, check_shared_axes, si
 
 LOGGER = logging.getLogger(__name__)
 
-Tensors = Mapping[str, torch.Tensor]
+Tensors = Mapping[str, Any]
+"""A request's tensors: the runner's arrays (torch tensors or numpy arrays), strings as numpy arrays."""
 
 
 def _reads_inputs_on_host(session: ort.InferenceSession) -> bool:
@@ -81,25 +85,8 @@ def _reads_inputs_on_host(session: ort.InferenceSession) -> bool:
     return infos is None or any(info.name != "Cuda" for info in infos)
 
 
-def concatenate(
-    requests: Sequence[Tensors],
-    shared_inputs: frozenset[str],
-    to_device: Callable[[torch.Tensor], torch.Tensor],
-    into: Mapping[str, torch.Tensor],
-) -> dict[str, torch.Tensor]:
-    """Several requests' tensors as one batch, along axis 0, on the device (into `into`'s buffers where it
-    has one of the name); an input that holds one value per run is the group's one value (its key holds
-    it), not concatenated."""
-    return {
-        name: torch.cat([to_device(tensors[name]) for tensors in requests], out=into.get(name))
-        if name not in shared_inputs
-        else requests[0][name]
-        for name in requests[0]
-    }
-
-
 class IOBindingRunner:
-    """Runs one session on torch tensors, through one RunPlan per input signature. Not thread-safe: one
+    """Runs one session on its arrays, through one RunPlan per input signature. Not thread-safe: one
     runner per thread that runs (a model instance has one)."""
 
     def __init__(
@@ -110,12 +97,18 @@ class IOBindingRunner:
         output_placement: OutputPlacement | None = None,
         cuda_graph: bool = False,
         arena_shrinkage: str = "",
+        on_numpy: bool = False,
     ) -> None:
         self.session = session
-        self.pinned_staging = pinned_staging
         self.placement = session_placement(session, placement)
         self.output_placement = output_placement or OutputPlacement()
-        self.device = torch.device(f"cuda:{self.placement.device_id}" if self.placement.is_cuda else "cpu")
+        self.stats = RunnerStats()
+        if on_numpy and self.placement.is_cuda:
+            raise ValueError("numpy arrays live on the host: a CUDA session runs on torch (arrays.py)")
+        self.arrays: Arrays = (
+            NumpyArrays(self.stats) if on_numpy else TorchArrays(self.placement, self.stats, pinned_staging)
+        )
+        self.device = self.arrays.device
         self.inputs = read_specs(session.get_inputs(), "input")
         """The inputs every run needs."""
         self.overridable = read_specs(session.get_overridable_initializers(), "input")
@@ -135,7 +128,6 @@ class IOBindingRunner:
         self._graph_ids_given = 0
         self._graph_max_rows = 0  # > 0: graphs serve buckets of batch sizes up to it (pad_graph_batches)
         self._lending_round = 0  # counts reclaim_outputs(); 0: the caller never reclaims (run_plans.py)
-        self.stats = RunnerStats()
         # A failed run can leave ORT's CUDA arena holding what it grabbed for it (a request that asked for
         # more than the GPU has once left 140 GB reserved). The next run then shrinks the arena back.
         self.arena_needs_shrink = False
@@ -145,7 +137,7 @@ class IOBindingRunner:
             self._shrink_options = None  # a captured graph keeps its memory; nothing to shrink
         self.inputs_read_on_host = self.placement.is_cuda and _reads_inputs_on_host(session)
         # An empty tensor's data_ptr may be 0, which ORT rejects; bind this instead (never read: 0 elements).
-        self._placeholder = torch.empty(8, dtype=torch.uint8, device=self.device)
+        self._placeholder = self.arrays.empty((8,), from_onnx_type("tensor(uint8)", "placeholder"))
 
     @property
     def signature(self) -> OnnxSignature:
@@ -200,12 +192,12 @@ class IOBindingRunner:
         each one. A caller that never calls it gets every answer in buffers of its own."""
         self._lending_round += 1
 
-    def run(self, tensors: Tensors) -> dict[str, torch.Tensor]:
+    def run(self, tensors: Tensors) -> dict[str, Any]:
         """Check and run one set of tensors (run_checked)."""
         self.check(tensors)
         return self.run_checked(tensors, queued=False)
 
-    def run_batch(self, requests: Sequence[Tensors]) -> dict[str, torch.Tensor]:
+    def run_batch(self, requests: Sequence[Tensors]) -> dict[str, Any]:
         """One run of checked requests: one request's tensors as sent, or several requests concatenated
         along axis 0 (into the buffers of the CUDA graph the run replays, where it has them); gathering
         splits the answer back."""
@@ -214,17 +206,17 @@ class IOBindingRunner:
         batched = [name for name in requests[0] if name not in self.shared_inputs]
         rows = sum([tensors[batched[0]].shape[0] for tensors in requests])
         into = self.input_buffers(requests[0], rows)
-        return self.run_checked(concatenate(requests, self.shared_inputs, self.to_device, into), queued=True)
+        return self.run_checked(concatenate(self.arrays, requests, self.shared_inputs, into), queued=True)
 
-    def run_checked(self, tensors: Tensors, queued: bool) -> dict[str, torch.Tensor]:
-        """Run checked tensors. Outputs are torch tensors on the device ORT computes on, or in pinned host
-        memory where the output placement says so; on a CUDA session with a caller's stream they are
+    def run_checked(self, tensors: Tensors, queued: bool) -> dict[str, Any]:
+        """Run checked tensors. Outputs are the runner's arrays on the device ORT computes on, or in pinned
+        host memory where the output placement says so; on a CUDA session with a caller's stream they are
         complete once that stream is synchronised. They stay valid until the next reclaim_outputs().
         `queued`: the caller has just queued the work on the stream that produces these inputs (a
         concatenation, a hook), so it is waited for before binding, as a staging copy is."""
         if self.has_strings:
             return run_with_strings(
-                self.session, self.bound_specs(tensors), self.outputs, tensors, self.to_device, self.stats
+                self.session, self.bound_specs(tensors), self.outputs, tensors, self.arrays
             )
         started = time.perf_counter()
         # Stage: every bound input on the device ORT computes on, kept referenced until this returns (ORT
@@ -242,6 +234,8 @@ class IOBindingRunner:
             # ORT copies an input it needs on the CPU at bind time, with a blocking copy on the legacy
             # stream, which does not wait for the staging copy (or the caller's kernels) just queued on ours.
             # Inputs read on the device need no wait: ORT's kernels run on our stream, after that work.
+            import torch
+
             torch.cuda.current_stream(self.device).synchronize()
         # Bind.
         if plan.graph_inputs is None:
@@ -277,7 +271,7 @@ class IOBindingRunner:
             outputs = {
                 spec.name: outputs[spec.name]
                 if spec.name in outputs
-                else _ortvalue_to_torch(produced[spec.name])
+                else self.arrays.from_ort(produced[spec.name])
                 for spec in self.outputs
             }
         if plan.host is None:
@@ -286,6 +280,8 @@ class IOBindingRunner:
         for name, tensor in outputs.items():
             host = (views.host if views is not None else plan.host).get(name)
             if host is None:  # data-dependent size: pinned memory of this run's own
+                import torch
+
                 host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
             host.copy_(tensor, non_blocking=True)
             answer[name] = host
@@ -294,7 +290,7 @@ class IOBindingRunner:
         self.stats.device_to_host_seconds += time.perf_counter() - finished
         return answer
 
-    def input_buffers(self, tensors: Tensors, rows: int) -> dict[str, torch.Tensor]:
+    def input_buffers(self, tensors: Tensors, rows: int) -> dict[str, Any]:
         """Where the next run of `rows` rows of inputs like these (their dtypes, and their shapes past the
         batch axis) reads its batched inputs, for a caller that can write them there itself: the first rows
         of the fixed buffers of the bucket graph that run will replay. Empty when that run has no such graph
@@ -326,6 +322,8 @@ class IOBindingRunner:
             signature = signature_at(tensors, bucket, self.shared_inputs)
             plan = self._graph_plans.get(signature)
             if plan is None and self._graph_ids_given < MAX_CUDA_GRAPHS:
+                import torch
+
                 shapes = {  # a new plan reads only shapes and dtypes
                     name: torch.empty(size, dtype=dtype, device="meta") for name, dtype, size in signature
                 }
@@ -401,18 +399,18 @@ class IOBindingRunner:
             for spec in self.outputs
         }
         to_host = self._outputs_to_host(shapes)
-        outputs: dict[str, torch.Tensor] = {}
+        outputs: dict[str, Any] = {}
         for spec in self.outputs:  # bound in the session's order: get_outputs() gives them in bind order
             shape = shapes[spec.name]
             if shape is not None:
-                outputs[spec.name] = torch.empty(
-                    shape, dtype=spec.element_type.tensor_dtype, device=self.device
-                )
+                outputs[spec.name] = self.arrays.empty(shape, spec.element_type)
                 self._bind(binding.bind_output, spec, outputs[spec.name])
             else:  # ORT's allocation, bound again at each run (the same place in the binding)
                 binding.bind_output(spec.name, self.placement.device_type, self.placement.device_id)
-        host: dict[str, torch.Tensor] | None = None
-        if to_host:
+        host: dict[str, Any] | None = None
+        if to_host:  # a CUDA session's: torch
+            import torch
+
             host = {
                 name: torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
                 for name, tensor in outputs.items()
@@ -421,6 +419,8 @@ class IOBindingRunner:
         options = self._run_options
         if graph:
             # C-ordered whatever the request's strides (empty_like would keep them): bound by pointer
+            import torch
+
             specs = self.bound_specs(tensors)
             graph_inputs = {
                 spec.name: torch.empty(
@@ -447,25 +447,13 @@ class IOBindingRunner:
             )
         return self.output_placement.to_host(total)
 
-    def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
-        # A CPU tensor for a GPU session costs exactly one host-to-device copy; no numpy round trip.
-        if tensor.device == self.device:
-            return tensor.contiguous()
-        if self.device.type == "cuda" and tensor.device.type == "cpu":
-            self.stats.host_to_device_copies += 1
-            if self.pinned_staging:
-                # Through torch's cached pinned host memory: the DMA runs at full speed and asynchronously
-                # on the current stream; torch keeps the pinned block until that copy has completed.
-                return tensor.contiguous().pin_memory().to(self.device, non_blocking=True)
-        elif self.device.type == "cuda" and tensor.device.type == "cuda":
-            # On another GPU (e.g. a CUDA-shm region the client registered there): one peer copy, ordered
-            # by torch with the current streams of both devices.
-            self.stats.device_to_device_copies += 1
-        return tensor.to(self.device).contiguous()
+    def to_device(self, tensor: Any) -> Any:
+        """The tensor on the device ORT computes on (arrays.py: one copy at most, counted)."""
+        return self.arrays.to_device(tensor)
 
-    def _bind(self, bind: Any, spec: TensorSpec, tensor: torch.Tensor) -> None:
+    def _bind(self, bind: Any, spec: TensorSpec, tensor: Any) -> None:
         """Bind by pointer (an input, or an output buffer of a plan)."""
-        pointer = int(tensor.data_ptr()) if tensor.numel() else int(self._placeholder.data_ptr())
+        pointer = self.arrays.pointer(tensor if math.prod(tensor.shape) else self._placeholder)
         bind(
             spec.name,
             self.placement.device_type,
@@ -475,17 +463,3 @@ class IOBindingRunner:
             pointer,
         )
         self.stats.binds += 1
-
-
-def _ortvalue_to_torch(value: Any) -> torch.Tensor:
-    """An ORT-allocated output as a torch tensor that keeps the OrtValue alive, without a host copy (every
-    supported ORT, 1.23 on, has OrtValue.to_dlpack)."""
-    c_value = value._ortvalue if hasattr(value, "_ortvalue") else value
-    tensor = torch.utils.dlpack.from_dlpack(c_value.to_dlpack())
-    if tensor.numel() == 0:
-        # ORT's DLPack gives an empty tensor strides of 0 (NonZero finding nothing: [2, 0], (0, 0)),
-        # which pb_utils.Tensor.from_dlpack refuses as not C-contiguous (pb_tensor.cc checks every axis
-        # that is not 1, empty ones too), and torch's .contiguous() keeps them. An empty tensor of
-        # torch's own has C strides, and there is no data to copy.
-        return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
-    return tensor

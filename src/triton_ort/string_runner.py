@@ -3,22 +3,23 @@ strings through the host.
 
 ORT's IO binding and OrtValues refuse string data, so such a model's strings travel as numpy arrays of
 bytes (Triton's BYTES, as `as_numpy()` gives them), given to ORT as str, which ORT encodes into its own
-strings (the conversion its Python API requires); its numeric inputs go as OrtValues over their torch memory
-(DLPack: no copy, on the host or the device), and its outputs come back on the host (numeric ones as torch
-tensors, strings as numpy arrays of str). Such a model does not gather requests: each runs alone (the
-answers of requests of different lengths stay each their own).
+strings (the conversion its Python API requires); its numeric inputs go as OrtValues over their memory
+(a torch tensor through DLPack, a numpy array as it is: no copy, on the host or the device), and its
+outputs come back on the host (numeric ones as the runner's arrays, strings as numpy arrays of str). Such a
+model does not gather requests: each runs alone (the answers of requests of different lengths stay each
+their own).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
-import torch
 
+from .arrays import Arrays
 from .errors import InputError
 from .signature import TensorSpec
 from .stats import RunnerStats
@@ -29,16 +30,16 @@ def run_with_strings(
     specs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
     tensors: Mapping[str, Any],
-    to_device: Callable[[torch.Tensor], torch.Tensor],
-    stats: RunnerStats,
+    arrays: Arrays,
 ) -> dict[str, Any]:
     """One session.run of checked inputs (`specs`: the inputs it binds); ORT synchronises, so its outputs
     are complete host arrays on return."""
+    stats: RunnerStats = arrays.stats
     started = time.perf_counter()
     feeds = {
         spec.name: _string_feed(spec.name, tensors[spec.name])
         if spec.element_type.is_string
-        else _numeric_feed(to_device(tensors[spec.name]), stats)
+        else _numeric_feed(arrays.to_device(tensors[spec.name]), stats)
         for spec in specs
     }
     ran = time.perf_counter()
@@ -47,15 +48,17 @@ def run_with_strings(
     stats.ort_run_seconds += time.perf_counter() - ran
     stats.ort_runs += 1
     return {
-        spec.name: value if spec.element_type.is_string else torch.from_numpy(value)
+        spec.name: value if spec.element_type.is_string else arrays.from_numpy(value)
         for spec, value in zip(outputs, results, strict=True)
     }
 
 
-def _numeric_feed(tensor: torch.Tensor, stats: RunnerStats) -> Any:
-    """A numeric input beside strings: an OrtValue over its memory where ORT's OrtValue has from_dlpack
-    (1.31 has it); on ORT 1.23 (the last release for Python 3.10), which lacks it, a numpy view on the
-    host, or one copy to the host from the device."""
+def _numeric_feed(tensor: Any, stats: RunnerStats) -> Any:
+    """A numeric input beside strings: a numpy array as it is; a torch tensor as an OrtValue over its memory
+    where ORT's OrtValue has from_dlpack (1.31 has it); on ORT 1.23 (the last release for Python 3.10),
+    which lacks it, a numpy view on the host, or one copy to the host from the device."""
+    if isinstance(tensor, np.ndarray):
+        return tensor
     if hasattr(ort.OrtValue, "from_dlpack"):
         return ort.OrtValue.from_dlpack(tensor)
     if tensor.device.type == "cpu":

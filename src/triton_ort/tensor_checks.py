@@ -8,30 +8,48 @@ cache it: `signature_of` is the cache key, taken on every request, and allocates
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
-import torch
 
+from .dtypes import ElementType
 from .errors import InputError
 from .signature import TensorSpec, shape_text
 
-Signature = tuple[tuple[str, torch.dtype, tuple[int, ...]], ...]
+Signature = tuple[tuple[str, Any, tuple[int, ...]], ...]
+"""Names, dtypes (torch's or numpy's) and shapes of a request's tensors."""
 
 
-def signature_of(tensors: Mapping[str, torch.Tensor]) -> Signature:
+def signature_of(tensors: Mapping[str, Any]) -> Signature:
     return tuple((name, tensor.dtype, tensor.shape) for name, tensor in tensors.items())  # Size: a tuple
+
+
+def _dtype_fits(tensor: Any, want: ElementType) -> bool:
+    """A string spec takes a numpy array of strings (Triton's BYTES: objects); a numeric spec a torch tensor
+    or a numpy array of its dtype (either runs on either runner's arrays: arrays.py)."""
+    if isinstance(tensor, np.ndarray):
+        return tensor.dtype.kind in "OSU" if want.is_string else tensor.dtype == want.numpy_dtype
+    return not want.is_string and tensor.dtype == want.torch_dtype
+
+
+def _dtype_text(want: ElementType, tensor: Any) -> str:
+    """What was expected, in the terms of the array that came."""
+    if want.is_string:
+        return "BYTES"
+    if isinstance(tensor, np.ndarray):
+        return f"{want.triton_name} ({want.numpy_dtype or want.dtype_name})"
+    return f"{want.triton_name} ({want.torch_dtype})"
 
 
 def check_against_specs(
     specs: Sequence[TensorSpec],
-    tensors: Mapping[str, torch.Tensor],
+    tensors: Mapping[str, Any],
     kind: str,
     optional: Sequence[TensorSpec] = (),
 ) -> None:
     """Raise InputError naming the tensor (`kind`: 'input' or 'output'), what was expected and what came,
     unless `tensors` have exactly the names (those of `specs`, and any of `optional`: inputs with a
-    default, ONNX Runtime's overridable initializers), dtypes and fixed axes of their specs. A string spec
-    takes a numpy array (Triton's BYTES), every other spec a torch tensor."""
+    default, ONNX Runtime's overridable initializers), dtypes (_dtype_fits) and fixed axes of their specs."""
     expected = {spec.name for spec in specs}
     may_take = {spec.name for spec in optional}
     unknown, missing = sorted(tensors.keys() - expected - may_take), sorted(expected - tensors.keys())
@@ -46,11 +64,10 @@ def check_against_specs(
     for spec in (*specs, *given):
         tensor = tensors[spec.name]
         want = spec.element_type
-        if want.is_string != isinstance(tensor, np.ndarray) or (
-            not want.is_string and tensor.dtype != want.torch_dtype
-        ):
-            wanted = "BYTES" if want.is_string else f"{want.triton_name} ({want.torch_dtype})"
-            raise InputError(f"{kind} {spec.name!r}: expected {wanted}, got {tensor.dtype}")
+        if not _dtype_fits(tensor, want):
+            raise InputError(
+                f"{kind} {spec.name!r}: expected {_dtype_text(want, tensor)}, got {tensor.dtype}"
+            )
         shape = tuple(tensor.shape)
         fits = len(shape) == len(spec.shape) and all(
             not isinstance(d, int) or d == n for d, n in zip(spec.shape, shape, strict=True)
@@ -61,7 +78,7 @@ def check_against_specs(
             )
 
 
-def check_shared_axes(specs: Sequence[TensorSpec], tensors: Mapping[str, torch.Tensor]) -> None:
+def check_shared_axes(specs: Sequence[TensorSpec], tensors: Mapping[str, Any]) -> None:
     """Axes that the model names alike (e.g. 'batch') must have one size across the inputs; output
     shapes are derived from them."""
     seen: dict[str, tuple[str, int]] = {}

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -18,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.support.paths import SERVER_TOLERANCE, demo_onnx
 from tests.support.repository import build_mismatch_repository
+from triton_ort.harness.processes import stub_processes
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.server import LocalTritonServer
 from triton_ort.harness.transport import infer, model_metadata, statistics
@@ -144,3 +146,18 @@ def test_config_that_disagrees_with_the_onnx_file_fails_the_load_with_every_diff
         assert "axis 1 is 2000 in config.pbtxt but 2010 in the ONNX file" in message
         assert "output 'np_logits': config says FP16, the ONNX file says FP32" in message
         assert client.is_server_live()
+
+
+def test_a_cpu_instance_without_hooks_serves_without_torch_in_its_stub(server: LocalTritonServer) -> None:
+    """`gather` is KIND_CPU on every host: its stub reads Triton's tensors as numpy and never imports torch
+    (triton_ort.arrays), so torch's libraries are not mapped into it, after an answered request too."""
+    client = httpclient.InferenceServerClient(server.http_url)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    got, _ = infer(client, "gather", {"x": x, "idx": np.array([[1], [3]], np.int64)}, ["out"])
+    np.testing.assert_array_equal(got["out"], [[1.0], [7.0]])
+    assert server.process is not None
+    stubs = [pid for pid, model_py in stub_processes(server.process.pid).items() if "/gather/" in model_py]
+    assert len(stubs) == 1, stubs
+    mapped = {Path(region.path).name for region in psutil.Process(stubs[0]).memory_maps()}
+    assert "onnxruntime_pybind11_state" in " ".join(mapped), "ONNX Runtime is not mapped: is this our stub?"
+    assert not [name for name in mapped if name.startswith(("libtorch", "libc10"))], sorted(mapped)

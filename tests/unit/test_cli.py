@@ -405,6 +405,6 @@ def test_the_load_refuses_bf16_where_the_python_backend_cannot_carry_it(tmp_path
         "output": list(completed.outputs),
     }
     with pytest.raises(ConfigError, match=r"^input 'x', output 'y' are BF16, which this server's python"):
-        ModelInstance(config, tmp_path, "CPU", 0, carries_bf16=False)
+        ModelInstance(config, tmp_path, "CPU", 0, carries_bf16=lambda: False)
     instance = ModelInstance(config, tmp_path, "CPU", 0)  # where it can (24.08 on), it loads
     instance.close()

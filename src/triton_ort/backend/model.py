@@ -4,16 +4,21 @@ Triton reaches it through a one-line model.py (triton_ort.backend.MODEL_PY): the
 `onnxruntime_zerocopy`'s, or a copy in a model's version directory. Imported only inside the python-backend
 stub (it needs triton_python_backend_utils). The work lives in the `triton_ort` library (importable and
 tested without Triton); this adapter only fills in the config from the ONNX file, converts between Triton's
-tensors and torch through DLPack, and maps errors onto per-request TritonErrors.
+tensors and the instance's arrays, and maps errors onto per-request TritonErrors.
 
-Data path: request -> pb_utils.Tensor -> DLPack -> torch (no copy; on the GPU when Triton delivers it there)
--> ORT IO binding by pointer -> run on the instance's CUDA stream -> torch outputs on the device (or, when
-the output is small, one copy into pinned host memory: parameter output_placement) -> DLPack
--> pb_utils.Tensor -> response.
+Data path on a GPU (or with hooks): request -> pb_utils.Tensor -> DLPack -> torch (no copy; on the GPU when
+Triton delivers it there) -> ORT IO binding by pointer -> run on the instance's CUDA stream -> torch outputs
+on the device (or, when the output is small, one copy into pinned host memory: parameter output_placement)
+-> DLPack -> pb_utils.Tensor -> response.
+
+On a CPU instance without hooks: request -> pb_utils.Tensor -> as_numpy() (a view of Triton's memory) ->
+ORT IO binding by pointer -> numpy outputs -> pb_utils.Tensor -> response; torch is never imported there, so
+the stub carries only numpy and ONNX Runtime (triton_ort.arrays).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -22,23 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-import torch.utils.dlpack
 import triton_python_backend_utils as pb_utils
 
 from triton_ort import InferenceError, ModelInstance, TritonOrtError, triton_code
 from triton_ort.autocomplete import apply_completed, complete_config, zero_copy_warning
 from triton_ort.copy_counter import copy_counting_enabled, count_host_device_copies
-from triton_ort.dtypes import ELEMENT_TYPES
+from triton_ort.dtypes import from_torch_dtype
 from triton_ort.metrics import triton_instance_metrics
 
 LOGGER = logging.getLogger("triton_ort.backend")
-
-# Host dtypes with a numpy equivalent: every numeric type of the one table but bfloat16, which numpy lacks
-# (it goes through DLPack, as device tensors do).
-_NUMPY_VIEWABLE = frozenset(
-    t.torch_dtype for t in ELEMENT_TYPES if t.torch_dtype is not None and t.torch_dtype != torch.bfloat16
-)
 
 
 class _TritonLogHandler(logging.Handler):
@@ -65,9 +62,14 @@ def _route_library_logging() -> None:
         library_logger.propagate = False
 
 
-def _read_inputs(request: pb_utils.InferenceRequest) -> dict[str, Any]:
-    """Triton's tensors as torch tensors, sharing memory (CPU shared memory or device memory); BYTES as
-    the numpy array of bytes as_numpy() gives (DLPack has no strings)."""
+def _read_inputs(request: pb_utils.InferenceRequest, on_numpy: bool) -> dict[str, Any]:
+    """Triton's tensors as the instance's arrays: numpy views (`on_numpy`) or torch tensors sharing memory
+    (CPU shared memory or device memory); BYTES as the numpy array of bytes as_numpy() gives (DLPack has
+    no strings)."""
+    if on_numpy:
+        return {tensor.name(): _host_array(tensor) for tensor in request.inputs()}
+    import torch.utils.dlpack
+
     tensors: dict[str, Any] = {}
     for tensor in request.inputs():
         try:
@@ -80,6 +82,16 @@ def _read_inputs(request: pb_utils.InferenceRequest) -> dict[str, Any]:
                 ) from error
             tensors[tensor.name()] = strings
     return tensors
+
+
+def _host_array(tensor: pb_utils.Tensor) -> Any:
+    """A numpy view of Triton's host tensor. A device tensor (a CPU instance whose config lets the python
+    backend hand over GPU inputs) is copied to the host once, through torch, which reads it."""
+    if tensor.is_cpu():
+        return tensor.as_numpy()
+    import torch.utils.dlpack
+
+    return torch.utils.dlpack.from_dlpack(tensor.to_dlpack()).cpu().numpy()
 
 
 def _strings(tensor: pb_utils.Tensor) -> Any:
@@ -107,11 +119,27 @@ def _output(name: str, tensor: Any) -> pb_utils.Tensor:
     load"), strings as the numpy array the stub serialises as BYTES."""
     if isinstance(tensor, np.ndarray):
         return pb_utils.Tensor(name, tensor)
-    if tensor.device.type == "cpu" and tensor.dtype in _NUMPY_VIEWABLE:
+    import torch.utils.dlpack
+
+    if tensor.device.type == "cpu" and _numpy_viewable(tensor.dtype):
         return pb_utils.Tensor(name, tensor.numpy())
     # ModelInstance.infer has synchronised its stream, so a raw capsule is safe to hand over unsynchronised
     # (a capsule skips the backend's own stream synchronisation, which an object with __dlpack__ would do).
     return pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(tensor))  # type: ignore[attr-defined]
+
+
+@functools.cache
+def _numpy_viewable(dtype: Any) -> bool:
+    """A torch dtype with a numpy equivalent: every numeric type of the one table but bfloat16, which numpy
+    lacks (it goes through DLPack, as device tensors do)."""
+    element_type = from_torch_dtype(dtype)
+    return element_type is not None and element_type.numpy_dtype is not None
+
+
+def _gpu_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _carries_bf16() -> bool:
@@ -119,6 +147,8 @@ def _carries_bf16() -> bool:
     outputs go through: a BF16 tensor handed over by DLPack. Before 24.08 the stub's DLPack conversion has no
     BF16 (python_backend r23.12 src/pb_stub_utils.cc dlpack_to_triton_type gives TYPE_INVALID, and
     PbTensor's constructor throws); the same release added BF16 to both directions (2b12abe)."""
+    import torch.utils.dlpack
+
     probe = torch.zeros(1, dtype=torch.bfloat16)
     try:
         capsule = torch.utils.dlpack.to_dlpack(probe)  # type: ignore[attr-defined]
@@ -138,7 +168,7 @@ class TritonPythonModel:
         _route_library_logging()
         model_config = auto_complete_model_config.as_dict()
         # Here, not in initialize(): one auto-complete stub per load, where each instance has its own stub.
-        if warning := zero_copy_warning(model_config, gpu_visible=torch.cuda.is_available()):
+        if warning := zero_copy_warning(model_config, gpu_visible=_gpu_visible):
             LOGGER.warning(warning)
         try:
             completed = complete_config(model_config, Path(pb_utils.get_model_dir()))
@@ -165,7 +195,8 @@ class TritonPythonModel:
                 instance_kind=args["model_instance_kind"],
                 device_id=int(args["model_instance_device_id"]),
                 metrics=metrics,
-                carries_bf16=_carries_bf16(),
+                carries_bf16=_carries_bf16,  # asked only of a model with BF16 tensors
+                numpy_on_cpu=True,  # a CPU instance without hooks: no torch in this stub
             )
         except TritonOrtError as error:
             raise pb_utils.TritonModelException(
@@ -176,10 +207,11 @@ class TritonPythonModel:
     def execute(self, requests: list[pb_utils.InferenceRequest]) -> list[pb_utils.InferenceResponse]:
         with count_host_device_copies(self.count_copies, self.instance.device):
             started = time.perf_counter()
-            parsed: list[dict[str, torch.Tensor] | Exception] = []
+            parsed: list[dict[str, Any] | Exception] = []
+            on_numpy = self.instance.on_numpy
             for request in requests:
                 try:
-                    parsed.append(_read_inputs(request))
+                    parsed.append(_read_inputs(request, on_numpy))
                 except TritonOrtError as error:
                     parsed.append(error)
             readable = [item for item in parsed if not isinstance(item, Exception)]
