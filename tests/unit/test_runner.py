@@ -177,7 +177,8 @@ def test_output_placement_leaves_a_cpu_session_unchanged() -> None:
 
 
 def demo_run(runner: IOBindingRunner, x: torch.Tensor) -> torch.Tensor:
-    return runner.run({"np_script_embeddings": x})["np_logits"]
+    out: torch.Tensor = runner.run({"np_script_embeddings": x})["np_logits"]  # a runner on torch
+    return out
 
 
 def demo_reference(x: torch.Tensor) -> NDArray[Any]:
@@ -298,7 +299,7 @@ def test_strings_go_through_the_host_beside_numbers_bound_zero_copy(tmp_path: Pa
     # as pb_utils.as_numpy gives them; two of one length (a fixed-width array ran one into the next)
     strings = np.array([b"equal width", b"EQUAL WIDTH", b"short", b"", "çà".encode()], dtype=object)
     x = torch.randn(5, 2)
-    got = runner.run({"s": strings, "x": x})  # type: ignore[dict-item]
+    got = runner.run({"s": strings, "x": x})
     want = session_run(path, {"s": np.array([s.decode() for s in strings], dtype=object), "x": x.numpy()})
     assert list(got["t"]) == list(want["t"])
     np.testing.assert_array_equal(got["y"].numpy(), want["y"])
