@@ -21,14 +21,14 @@ more (or one alternative) in a process of its own, which then waits while this p
 
 A CPU instance's host memory, the same way (no GPU needed; RSS and USS, the pages no other process shares):
 
-  cpu_ort          ONNX Runtime's CPU session of the model and one gathered-size run, numpy only: what a
-                   stub that never imports torch would hold of the model
-  cpu_torch        the same with torch imported first, as every stub does today
-  cpu_instance     a CPU ModelInstance as a stub holds it, after one gathered execute of 16 requests
+  cpu_ort          ONNX Runtime's CPU session of the model and one gathered-size run, numpy only
+  cpu_torch        the same with torch imported first, as a GPU stub (or one with hooks) holds it
+  cpu_instance     a CPU ModelInstance as a stub holds it (on numpy, no torch: triton_ort.arrays), after
+                   one gathered execute of 16 requests
 
 `--served-small N` measures a whole server instead: N tiny CPU models (y = x * k, one instance each,
-served by the demo's model.py), one request each, then every stub's RSS and USS and their sums: what a
-repository of many small models costs the host.
+served by the demo's model.py) and the demo on one CPU instance (from --repository), one request each,
+then every stub's RSS and USS and their sums: what a repository of many small models costs the host.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from client.bench_common import BATCH, ROOT, aligned, host_environment, write_report
+from client.bench_common import BATCH, ROOT, aligned, report_of, write_report
 from triton_ort.cuda_context import lower_stack_limit, stack_limit
 from triton_ort.harness.processes import MIB, gpu_memory_by_pid
 from triton_ort.harness.server import exit_on_termination
@@ -78,7 +78,6 @@ def _primary_context(cuda: Any) -> None:
 
 
 def _instance(model: str, repository: Path, parameters: dict[str, str], kind: str = "GPU") -> Any:
-    import torch
     from google.protobuf import json_format
 
     from triton_ort import ModelInstance
@@ -88,10 +87,10 @@ def _instance(model: str, repository: Path, parameters: dict[str, str], kind: st
     config = json_format.MessageToDict(read_config(folder), preserving_proto_field_name=True)
     for key, value in parameters.items():
         config.setdefault("parameters", {})[key] = {"string_value": value}
-    instance = ModelInstance(config, folder / "1", instance_kind=kind, device_id=0)
+    instance = ModelInstance(config, folder / "1", instance_kind=kind, device_id=0, numpy_on_cpu=True)
     spec = instance.runner.inputs[0]
     width = [d if isinstance(d, int) else 1 for d in spec.shape[1:]]
-    request = {spec.name: torch.zeros([BATCH[model], *width], device=instance.runner.device)}
+    request = {spec.name: instance.runner.arrays.zeros([BATCH[model], *width], spec.element_type)}
     for result in instance.infer([request] * 16):  # one gathered execute, as c=16 makes them
         assert not isinstance(result, Exception), result
     return instance
@@ -128,14 +127,28 @@ def write_small_models(root: Path, count: int) -> list[str]:
     return names
 
 
-def measure_served_small(count: int, root: Path) -> dict[str, Any]:
-    """Serve `count` tiny models in one server, ask each once (checking its answer), read every stub."""
+def write_cpu_demo(root: Path, repository: Path) -> None:
+    """The demo of `repository`, on one CPU instance."""
+    import shutil
+
+    shutil.copytree(repository / "demo", root / "demo", ignore=shutil.ignore_patterns("__pycache__"))
+    config = root / "demo" / "config.pbtxt"
+    text = config.read_text()
+    start = text.index("instance_group")
+    end = text.index("\n", start)
+    config.write_text(text[:start] + "instance_group [ { kind: KIND_CPU, count: 1 } ]" + text[end:])
+
+
+def measure_served_small(count: int, root: Path, repository: Path) -> dict[str, Any]:
+    """Serve `count` tiny models and the demo in one server, ask each once (checking the tiny ones'
+    answers), read every stub."""
     import tritonclient.http as httpclient
 
     from triton_ort.harness.processes import stub_processes
     from triton_ort.harness.server import LocalTritonServer
 
     names = write_small_models(root, count)
+    write_cpu_demo(root, repository)
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     with LocalTritonServer(root) as server:
         assert server.process is not None
@@ -145,16 +158,24 @@ def measure_served_small(count: int, root: Path) -> dict[str, Any]:
             item.set_data_from_numpy(x)
             answer = client.infer(name, [item]).as_numpy("y")
             assert answer is not None and np.array_equal(answer, x * k), f"{name} answered {answer}"
-        stubs = sorted(stub_processes(server.process.pid))
-        memory = [psutil.Process(pid).memory_full_info() for pid in stubs]
+        item = httpclient.InferInput("np_script_embeddings", [BATCH["demo"], 2010], "FP32")
+        item.set_data_from_numpy(np.zeros([BATCH["demo"], 2010], np.float32))
+        assert client.infer("demo", [item]).as_numpy("np_logits") is not None
+        stubs = stub_processes(server.process.pid)
+        demo = [pid for pid, model_py in stubs.items() if "/demo/" in model_py]
+        small = sorted(pid for pid in stubs if pid not in demo)
+        memory = [psutil.Process(pid).memory_full_info() for pid in small]
+        demo_memory = psutil.Process(demo[0]).memory_full_info()
         server_rss = psutil.Process(server.process.pid).memory_info().rss
     return {
         "models": count,
-        "stubs": len(stubs),
+        "stubs": len(small),
         "stub_rss_mib": [m.rss / MIB for m in memory],
         "stub_uss_mib": [m.uss / MIB for m in memory],
         "stubs_rss_total_mib": sum(m.rss for m in memory) / MIB,
         "stubs_uss_total_mib": sum(m.uss for m in memory) / MIB,
+        "demo_stub_rss_mib": demo_memory.rss / MIB,
+        "demo_stub_uss_mib": demo_memory.uss / MIB,
         "server_rss_mib": server_rss / MIB,
     }
 
@@ -185,11 +206,11 @@ def run_stage(stage: str, model: str, repository: Path) -> dict[str, Any]:
         report["providers"] = session.get_providers()
         globals()["_kept"] = session
         return report
-    import torch
-
     if stage == "cpu_instance":
         globals()["_kept"] = _instance(model, repository, STAGE_PARAMETERS[stage], kind="CPU")
         return report
+    import torch
+
     if stage == "torch":
         globals()["_kept"] = torch.zeros(1, device="cuda")
     else:
@@ -255,10 +276,10 @@ def main() -> None:
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="bench_memory_") as scratch:
-            report = measure_served_small(args.served_small, Path(scratch))
+            report = measure_served_small(args.served_small, Path(scratch), args.repository)
         print(json.dumps(report, indent=2))
         if args.json:
-            write_report(args.json, {"command": " ".join(sys.argv), "host": host_environment(), **report})
+            write_report(args.json, report_of("diagnostics.bench_memory", **report))
         return
     rows = []
     for model in args.models:
@@ -286,7 +307,7 @@ def main() -> None:
         )
     )
     if args.json:
-        write_report(args.json, {"command": " ".join(sys.argv), "host": host_environment(), "rows": rows})
+        write_report(args.json, report_of("diagnostics.bench_memory", rows=rows))
 
 
 if __name__ == "__main__":

@@ -10,20 +10,25 @@ from tests.support.paths import MODEL_REPOSITORY
 
 
 def test_the_cpu_stages_separate_torch_from_the_model() -> None:
-    rows = {stage: measure(stage, "demo", MODEL_REPOSITORY) for stage in ("cpu_ort", "cpu_torch")}
+    stages = ("cpu_ort", "cpu_torch", "cpu_instance")
+    rows = {stage: measure(stage, "demo", MODEL_REPOSITORY) for stage in stages}
     assert all("error" not in row for row in rows.values()), rows
     assert rows["cpu_ort"]["torch_imported"] is False, rows["cpu_ort"]
     assert rows["cpu_torch"]["torch_imported"] is True, rows["cpu_torch"]
+    assert rows["cpu_instance"]["torch_imported"] is False, rows["cpu_instance"]  # as a CPU stub holds it
     assert 0 < rows["cpu_ort"]["uss_mib"] <= rows["cpu_ort"]["rss_mib"]
     assert rows["cpu_torch"]["uss_mib"] > rows["cpu_ort"]["uss_mib"]
 
 
 def test_the_small_models_repository_is_one_the_server_accepts(tmp_path: Path) -> None:
-    from diagnostics.bench_memory import write_small_models
+    from diagnostics.bench_memory import write_cpu_demo, write_small_models
     from triton_ort.harness.checks import check_repository
     from triton_ort.harness.repository import read_config
 
     names = write_small_models(tmp_path, 3)
+    write_cpu_demo(tmp_path, MODEL_REPOSITORY)
     check_repository(tmp_path)  # raises on a missing file or an unreadable config
     assert names == ["small1", "small2", "small3"]
-    assert all(read_config(tmp_path / name).instance_group[0].count == 1 for name in names)
+    for name in [*names, "demo"]:
+        group = read_config(tmp_path / name).instance_group[0]
+        assert (group.kind, group.count) == (group.KIND_CPU, 1), (name, group)
