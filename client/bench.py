@@ -293,7 +293,7 @@ def profile_executes(repository: Path, models: list[str], args: argparse.Namespa
     """Per-step medians (µs) of our code inside the real stub at c=1 (the library's execute records), from
     a second server with debug logging on, so that the logging's cost stays out of the main measurements.
     On a GPU, for each output placement too."""
-    from triton_ort.stats import ExecuteStats
+    from triton_ort.runtime.stats import ExecuteStats
 
     suffixes = ["", "_host", "_device"] if torch.cuda.is_available() else [""]
     served = [model + suffix for model in models for suffix in suffixes]

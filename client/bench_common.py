@@ -247,7 +247,7 @@ def linear_onnx(path: Path) -> Path:
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
-    from triton_ort.onnx_files import save_model
+    from triton_ort.model.onnx_files import save_model
 
     weights = np.random.default_rng(0).standard_normal((2010, 2)).astype(np.float32) / 45
     graph = helper.make_graph(

@@ -57,7 +57,7 @@ from triton_ort.harness.transport import (
     model_metadata,
     tensor_metas,
 )
-from triton_ort.input_ranges import ValueRange, index_ranges_in_file, value_ranges
+from triton_ort.model.input_ranges import ValueRange, index_ranges_in_file, value_ranges
 
 # gRPC statuses that mean no answer came (the HTTP client raises its transport's exceptions instead).
 CONNECTION_STATUSES = {
@@ -89,7 +89,7 @@ class ModelFacts:
     of them about every other time, malformed ones never, and none is required."""
     ranges: Mapping[str, ValueRange] = field(default_factory=dict)
     """The values of integer inputs: the tables they index in the ONNX file, else the served config's
-    input_ranges, else 0 or 1 (triton_ort.input_ranges)."""
+    input_ranges, else 0 or 1 (triton_ort.model.input_ranges)."""
 
 
 def read_model_facts(client: Any, model: str, model_repository: Path) -> ModelFacts:

@@ -55,7 +55,7 @@ LAYOUTS = ("i1", "i2", "ensemble")
 def mlp_onnx(path: Path, hidden: int, seed: int) -> None:
     from onnx import TensorProto, helper, numpy_helper
 
-    from triton_ort.onnx_files import save_model
+    from triton_ort.model.onnx_files import save_model
 
     rng = np.random.default_rng(seed)
     shapes = [(IN_WIDTH, hidden), (hidden, hidden), (hidden, OUT_WIDTH)]

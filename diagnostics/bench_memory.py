@@ -10,7 +10,7 @@ more (or one alternative) in a process of its own, which then waits while this p
 
   context          the CUDA primary context alone (driver API, nothing loaded)
   context_stack    the same with the per-thread stack limit lowered to the instance's default
-                   (cuda_stack_bytes, src/triton_ort/cuda_context.py): the context's local memory
+                   (cuda_stack_bytes, src/triton_ort/runtime/cuda_context.py): the context's local memory
   torch            torch's CUDA initialised (one tensor on the device)
   ort              ONNX Runtime's CUDA session of the model and one run, without torch
   instance         a ModelInstance as a stub holds it (torch + ORT + warm-up, the shipped options), after
@@ -23,8 +23,8 @@ A CPU instance's host memory, the same way (no GPU needed; RSS and USS, the page
 
   cpu_ort          ONNX Runtime's CPU session of the model and one gathered-size run, numpy only
   cpu_torch        the same with torch imported first, as a GPU stub (or one with hooks) holds it
-  cpu_instance     a CPU ModelInstance as a stub holds it (on numpy, no torch: triton_ort.arrays), after
-                   one gathered execute of 16 requests
+  cpu_instance     a CPU ModelInstance as a stub holds it (on numpy, no torch: triton_ort.runtime.arrays),
+                   after one gathered execute of 16 requests
 
 `--served-small N` measures a whole server instead: N tiny CPU models (y = x * k, one instance each,
 served by the demo's model.py) and the demo on one CPU instance (from --repository), one request each,
@@ -47,10 +47,10 @@ import numpy as np
 import psutil
 
 from client.bench_common import BATCH, ROOT, aligned, report_of, write_report
-from triton_ort.cuda_context import lower_stack_limit, stack_limit
 from triton_ort.harness.processes import MIB, gpu_memory_by_pid
 from triton_ort.harness.server import exit_on_termination
-from triton_ort.options import DEFAULT_CUDA_STACK_BYTES
+from triton_ort.model.options import DEFAULT_CUDA_STACK_BYTES
+from triton_ort.runtime.cuda_context import lower_stack_limit, stack_limit
 
 GPU_STAGES = ("context", "context_stack", "torch", "ort", "instance", "instance_cuda_stack", "instance_same")
 CPU_STAGES = ("cpu_ort", "cpu_torch", "cpu_instance")
@@ -103,7 +103,7 @@ def write_small_models(root: Path, count: int) -> list[str]:
     """`count` tiny models (float x[4] -> y = x * k, k their number), one CPU instance each."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from triton_ort.onnx_files import save_model
+    from triton_ort.model.onnx_files import save_model
 
     names = []
     for k in range(1, count + 1):

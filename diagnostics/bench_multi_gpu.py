@@ -35,7 +35,7 @@ from tritonclient.grpc import model_config_pb2
 
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.transport import infer
-from triton_ort.onnx_files import save_model
+from triton_ort.model.onnx_files import save_model
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_PY = ROOT / "model_repository" / "demo" / "1" / "model.py"

@@ -27,7 +27,7 @@ from pathlib import Path
 import onnx
 import torch
 
-from triton_ort.onnx_files import OPSET, save_model
+from triton_ort.model.onnx_files import OPSET, save_model
 
 
 def demo_classifier() -> torch.nn.Module:

@@ -20,14 +20,14 @@ if TYPE_CHECKING:
         Unavailable,
         triton_code,
     )
-    from .gather import run_requests
-    from .hook_tensors import ClientTensor
-    from .hooks import HookError, Postprocess, Preprocess, Tensors
-    from .instance import ModelInstance
-    from .options import ModelOptions, parse_options
-    from .providers import diagnose_missing_cuda_provider
-    from .runner import IOBindingRunner
-    from .session import Placement, create_session
+    from .hooks.declared import ClientTensor
+    from .hooks.module import HookError, Postprocess, Preprocess, Tensors
+    from .model.options import ModelOptions, parse_options
+    from .runtime.gather import run_requests
+    from .runtime.instance import ModelInstance
+    from .runtime.providers import diagnose_missing_cuda_provider
+    from .runtime.runner import IOBindingRunner
+    from .runtime.session import Placement, create_session
 
 _MODULE_OF = {
     "ConfigError": ".errors",
@@ -37,19 +37,19 @@ _MODULE_OF = {
     "TritonOrtError": ".errors",
     "Unavailable": ".errors",
     "triton_code": ".errors",
-    "run_requests": ".gather",
-    "ClientTensor": ".hook_tensors",
-    "HookError": ".hooks",
-    "Postprocess": ".hooks",
-    "Preprocess": ".hooks",
-    "Tensors": ".hooks",
-    "ModelInstance": ".instance",
-    "ModelOptions": ".options",
-    "parse_options": ".options",
-    "IOBindingRunner": ".runner",
-    "Placement": ".session",
-    "create_session": ".session",
-    "diagnose_missing_cuda_provider": ".providers",
+    "run_requests": ".runtime.gather",
+    "ClientTensor": ".hooks.declared",
+    "HookError": ".hooks.module",
+    "Postprocess": ".hooks.module",
+    "Preprocess": ".hooks.module",
+    "Tensors": ".hooks.module",
+    "ModelInstance": ".runtime.instance",
+    "ModelOptions": ".model.options",
+    "parse_options": ".model.options",
+    "IOBindingRunner": ".runtime.runner",
+    "Placement": ".runtime.session",
+    "create_session": ".runtime.session",
+    "diagnose_missing_cuda_provider": ".runtime.providers",
 }
 
 __all__ = [

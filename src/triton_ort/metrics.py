@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .stats import RunnerStats
+from .runtime.stats import RunnerStats
 
 LOGGER = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-from .distributions import listed, ort_distributions
+from .runtime.distributions import listed, ort_distributions
 
 
 class StackError(Exception):
@@ -104,7 +104,7 @@ def check_cuda() -> str:
             f"torch uses cuDNN {torch_cudnn} but onnxruntime-gpu {ort.__version__} needs cuDNN {ort_cudnn}. "
             "Fix: a matching pair (requirements-cuda.txt)"
         )
-    from .providers import CUDA_EP, diagnose_missing_cuda_provider, preload_cuda_libraries
+    from .runtime.providers import CUDA_EP, diagnose_missing_cuda_provider, preload_cuda_libraries
 
     preload_cuda_libraries()
     session = ort.InferenceSession(_identity_model(), providers=[CUDA_EP, "CPUExecutionProvider"])
@@ -121,7 +121,7 @@ def check_cuda() -> str:
 def _identity_model() -> bytes:
     from onnx import TensorProto, helper
 
-    from .onnx_files import model_bytes
+    from .model.onnx_files import model_bytes
 
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["y"])],

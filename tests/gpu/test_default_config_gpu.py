@@ -3,7 +3,7 @@ memory inputs reach the model on the GPU with no host<->device copy (counted by 
 line (backend and max_batch_size only) the python backend copies them to the host, and the load says so in
 one warning that names the line to add.
 
-Triton gives auto-complete no way to set FORCE_CPU_ONLY_INPUT_TENSORS (triton_ort.autocomplete,
+Triton gives auto-complete no way to set FORCE_CPU_ONLY_INPUT_TENSORS (triton_ort.model.autocomplete,
 ZERO_COPY_LINE, cites the sources), so the headline config carries it; this test keeps both halves of that
 claim honest on the real server: the line makes the difference, and the warning is given where it is missing.
 """
@@ -21,10 +21,10 @@ import pytest
 
 from tests.support.paths import TF32_TOLERANCE, demo_onnx
 from tests.support.readme import readme_blocks
-from triton_ort.autocomplete import ZERO_COPY_LINE
-from triton_ort.copy_counter import cupti_counts_from_log
 from triton_ort.harness.waiting import wait_for
-from triton_ort.stats import ExecuteStats
+from triton_ort.model.autocomplete import ZERO_COPY_LINE
+from triton_ort.runtime.copy_counter import cupti_counts_from_log
+from triton_ort.runtime.stats import ExecuteStats
 
 pytestmark = pytest.mark.gpu
 T = TypeVar("T")

@@ -28,19 +28,19 @@ from tests.support.dlpack_layout import python_backend_accepts
 from tests.support.paths import TF32_TOLERANCE, demo_onnx
 from tests.support.repository import build_test_repository
 from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session, run_requests
-from triton_ort import runner as runner_module
-from triton_ort.copy_counter import cupti_counts_from_log
 from triton_ort.harness.repository import pin_one_instance, read_config, write_config
 from triton_ort.harness.waiting import wait_for
-from triton_ort.output_placement import OutputPlacement
-from triton_ort.providers import CUDA_EP, diagnose_missing_cuda_provider
-from triton_ort.session import (
+from triton_ort.runtime import runner as runner_module
+from triton_ort.runtime.copy_counter import cupti_counts_from_log
+from triton_ort.runtime.output_placement import OutputPlacement
+from triton_ort.runtime.providers import CUDA_EP, diagnose_missing_cuda_provider
+from triton_ort.runtime.session import (
     _new_session,
     cuda_options_not_applied,
     cuda_provider_options,
     ort_log_severity,
 )
-from triton_ort.stats import ExecuteStats
+from triton_ort.runtime.stats import ExecuteStats
 
 pytestmark = pytest.mark.gpu
 T = TypeVar("T")

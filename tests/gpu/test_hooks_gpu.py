@@ -32,10 +32,10 @@ from tests.support.hooks_support import (
 )
 from tests.support.paths import Tolerance, demo_onnx
 from triton_ort import ModelInstance
-from triton_ort.copy_counter import cupti_counts_from_log
 from triton_ort.harness.repository import read_config, write_config
-from triton_ort.hooks import HookedRunner
-from triton_ort.stats import ExecuteStats
+from triton_ort.runtime.copy_counter import cupti_counts_from_log
+from triton_ort.runtime.hooked_runner import HookedRunner
+from triton_ort.runtime.stats import ExecuteStats
 
 pytestmark = pytest.mark.gpu
 T = TypeVar("T")

@@ -1,5 +1,5 @@
 """What a GPU instance holds on the device: its CUDA context's per-thread stack limit is lowered at load
-(parameter cuda_stack_bytes, src/triton_ort/cuda_context.py), which frees that much local memory per
+(parameter cuda_stack_bytes, src/triton_ort/runtime/cuda_context.py), which frees that much local memory per
 instance, and the instance still answers. Each instance is measured in a fresh process, as a stub is one
 (diagnostics.bench_memory: nvidia-smi's per-process figure)."""
 
@@ -10,7 +10,7 @@ import torch
 
 from diagnostics.bench_memory import measure
 from tests.support.paths import MODEL_REPOSITORY
-from triton_ort.options import DEFAULT_CUDA_STACK_BYTES
+from triton_ort.model.options import DEFAULT_CUDA_STACK_BYTES
 
 pytestmark = pytest.mark.gpu
 

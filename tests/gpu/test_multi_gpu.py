@@ -30,10 +30,10 @@ import torch
 from numpy.typing import NDArray
 
 from tests.support.paths import ROOT, TF32_TOLERANCE, demo_onnx
-from triton_ort.copy_counter import cupti_counts_from_log, device_copy_counts_from_log
 from triton_ort.harness.repository import read_config, write_config
 from triton_ort.harness.server import LocalTritonServer
-from triton_ort.stats import ExecuteStats
+from triton_ort.runtime.copy_counter import cupti_counts_from_log, device_copy_counts_from_log
+from triton_ort.runtime.stats import ExecuteStats
 
 pytestmark = [
     pytest.mark.gpu,

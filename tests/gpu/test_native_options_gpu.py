@@ -13,8 +13,8 @@ from numpy.typing import NDArray
 from tests.support.paths import demo_onnx
 from triton_ort import IOBindingRunner, ModelOptions, Placement, ProviderError, create_session
 from triton_ort.harness.reference import reference_outputs
-from triton_ort.options import parse_options
-from triton_ort.providers import CUDA_EP, TENSORRT_EP
+from triton_ort.model.options import parse_options
+from triton_ort.runtime.providers import CUDA_EP, TENSORRT_EP
 
 pytestmark = pytest.mark.gpu
 

@@ -4,8 +4,9 @@ environment (EXECUTION_ENV_PATH, packed by scripts/pack_env.py) and are served f
 Backend "python": config.pbtxt, 1/model.py (the library's adapter), 1/model.onnx and env.tar.gz. Backend
 "onnxruntime_zerocopy": the same without model.py (the backend directory holds it). The proof that the
 archive, not the server's own Python, runs each model: the stub's VIRTUAL_ENV is the python backend's
-extraction of the archive, torch's and ONNX Runtime's native libraries are mapped into the stub from there
-and from nowhere else, and that environment's python3 imports triton_ort from its own site-packages.
+extraction of the archive, ONNX Runtime's native library is mapped into the stub from there and from nowhere
+else (torch's is not mapped at all: these CPU instances run on numpy), and that environment's python3 imports
+triton_ort from its own site-packages.
 
 Packing torch takes about a minute here (docs/execution-env.md has the figures); `make test-execution-env`
 runs this file alone.
@@ -46,8 +47,10 @@ LOAD_ONE_AT_A_TIME = "--model-load-thread-count=1"
 EXECUTION_ENV = {"EXECUTION_ENV_PATH": f"$$TRITON_MODEL_DIRECTORY/{ARCHIVE}"}
 # python_backend's EnvironmentManager extracts archives under /tmp/python_env_XXXXXX (src/pb_env.cc).
 EXTRACTION_ROOT = "/tmp/python_env_"
-# The native libraries that only a real torch and ONNX Runtime map into the stub.
-NATIVE = {"torch": "libtorch_cpu.so", "onnxruntime": "onnxruntime_pybind11_state"}
+# The native library that only a real ONNX Runtime maps into the stub, and torch's, which a CPU instance
+# without hooks never loads.
+NATIVE = {"onnxruntime": "onnxruntime_pybind11_state"}
+NOT_LOADED = {"torch": "libtorch_cpu.so"}
 
 pytestmark = pytest.mark.execution_env
 
@@ -174,6 +177,8 @@ def test_the_archive_not_the_servers_python_runs_the_model(
         assert paths, f"{library} is not mapped into the stub: {package} did not load"
         assert all(Path(path).is_relative_to(env) for path in paths), f"{package} loaded from outside {env}"
         assert not any(Path(path).resolve().is_relative_to(own_prefix) for path in paths)
+    for package, library in NOT_LOADED.items():
+        assert not [path for path in mapped if library in Path(path).name], f"{package} was loaded"
     # The stub's embedded interpreter takes sys.prefix from <env>/bin/python3 (first on PATH after
     # bin/activate); that interpreter, so activated, imports triton_ort from the archive's site-packages.
     probe = subprocess.run(

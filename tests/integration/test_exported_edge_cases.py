@@ -30,7 +30,7 @@ from tests.support.exported import Exported, Served, check_answers, close
 from tests.support.paths import Tolerance
 from triton_ort.harness.server import LocalTritonServer, gpu_present
 from triton_ort.harness.transport import PROTOCOLS, make_client, model_config, model_metadata
-from triton_ort.providers import CPU_EP, CUDA_EP, preload_cuda_libraries
+from triton_ort.runtime.providers import CPU_EP, CUDA_EP, preload_cuda_libraries
 
 pytestmark = pytest.mark.integration
 

@@ -22,10 +22,10 @@ from numpy.typing import NDArray
 from tests.support import exported, graphs
 from tests.support.exported import TWO_LINES, Exported, Served, check_answers, close, concurrently
 from tests.support.paths import SERVER_TOLERANCE
-from triton_ort.autocomplete import DEFAULT_MAX_BATCH_SIZE
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.server import LocalTritonServer
 from triton_ort.harness.transport import PROTOCOLS, infer, infer_inputs, make_client, model_config
+from triton_ort.model.autocomplete import DEFAULT_MAX_BATCH_SIZE
 
 pytestmark = pytest.mark.integration
 

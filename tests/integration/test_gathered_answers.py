@@ -31,7 +31,7 @@ from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.repository import write_config
 from triton_ort.harness.server import LocalTritonServer
 from triton_ort.harness.transport import PROTOCOLS, infer, make_client, model_config
-from triton_ort.stats import ExecuteStats
+from triton_ort.runtime.stats import ExecuteStats
 
 pytestmark = pytest.mark.integration
 

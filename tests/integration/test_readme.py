@@ -83,7 +83,8 @@ MODELS: dict[str, tuple[Callable[[Path], Path], list[tuple[str, list[int]]]]] = 
     "multi_input": (graphs.multi_io, [("a", [3]), ("b", [4]), ("c", [2])]),
     "bert": (_bert, [("input_ids", [-1]), ("attention_mask", [-1]), ("token_type_ids", [-1])]),
 }
-# What `triton-ort config` reads from each graph (triton_ort.input_ranges): the tables' first dimensions.
+# What `triton-ort config` reads from each graph (triton_ort.model.input_ranges): the tables' first
+# dimensions.
 GRAPH_RANGES = {"bert": "input_ids=0:99 token_type_ids=0:1"}
 
 

@@ -23,7 +23,7 @@ from triton_ort.harness.processes import stub_processes
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.server import LocalTritonServer
 from triton_ort.harness.transport import infer, model_metadata, statistics
-from triton_ort.stats import ExecuteStats
+from triton_ort.runtime.stats import ExecuteStats
 
 pytestmark = pytest.mark.integration
 
@@ -150,7 +150,8 @@ def test_config_that_disagrees_with_the_onnx_file_fails_the_load_with_every_diff
 
 def test_a_cpu_instance_without_hooks_serves_without_torch_in_its_stub(server: LocalTritonServer) -> None:
     """`gather` is KIND_CPU on every host: its stub reads Triton's tensors as numpy and never imports torch
-    (triton_ort.arrays), so torch's libraries are not mapped into it, after an answered request too."""
+    (triton_ort.runtime.arrays), so torch's libraries are not mapped into it, after an answered request
+    too."""
     client = httpclient.InferenceServerClient(server.http_url)
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     got, _ = infer(client, "gather", {"x": x, "idx": np.array([[1], [3]], np.int64)}, ["out"])

@@ -12,7 +12,7 @@ import tritonclient.http as httpclient
 
 from tests.support.paths import ROOT, demo_onnx
 from triton_ort.harness.server import LocalTritonServer, gpu_present
-from triton_ort.providers import diagnose_missing_cuda_provider
+from triton_ort.runtime.providers import diagnose_missing_cuda_provider
 
 pytestmark = pytest.mark.integration
 

@@ -22,12 +22,12 @@ from tritonclient.utils import InferenceServerException
 
 from tests.support import graphs
 from tests.support.paths import SERVER_TOLERANCE, demo_onnx
-from triton_ort.autocomplete import DEFAULT_MAX_BATCH_SIZE
 from triton_ort.backend import MODEL_PY
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.server import LocalTritonServer
 from triton_ort.harness.transport import infer, model_config
 from triton_ort.harness.waiting import wait_for
+from triton_ort.model.autocomplete import DEFAULT_MAX_BATCH_SIZE
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +42,7 @@ PROBE_TENSORS = (
 # A python model whose auto_complete_config puts FORCE_CPU_ONLY_INPUT_TENSORS into the completed config
 # (the dict that as_dict() returns is the one the stub sends back), and whose initialize reports the
 # parameters it was given: what Triton keeps of a completed config, and so why our backend cannot switch
-# GPU inputs on for a two-line config (triton_ort.autocomplete.ZERO_COPY_LINE).
+# GPU inputs on for a two-line config (triton_ort.model.autocomplete.ZERO_COPY_LINE).
 PARAMETERS_PROBE_MODEL_PY = """
 import json
 import triton_python_backend_utils as pb_utils
@@ -267,7 +267,7 @@ def test_auto_complete_cannot_add_parameters_so_the_zero_copy_line_is_the_config
     """Triton core keeps max_batch_size, tensors, scheduler and transaction policy of a completed config
     and drops the rest (core src/backend_model.cc, TritonModel::UpdateModelConfig): a parameter set in
     auto_complete_config is neither served nor given to the model. If a release changes that, this fails,
-    and triton_ort.autocomplete can set the parameter instead of warning."""
+    and triton_ort.model.autocomplete can set the parameter instead of warning."""
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=300.0)
     client.load_model("parameters_probe")
     try:

@@ -32,7 +32,7 @@ from tests.support.paths import SERVER_TOLERANCE
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.server import LocalTritonServer
 from triton_ort.harness.transport import PROTOCOLS, infer, make_client, model_config
-from triton_ort.onnx_files import save_model
+from triton_ort.model.onnx_files import save_model
 
 FEATURES = 4
 CLASSES = 3

@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.support import graphs
-from triton_ort.onnx_files import save_model
+from triton_ort.model.onnx_files import save_model
 
 MLP_FEATURES = 16
 IMAGE_SIDE = 8

@@ -8,7 +8,7 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-from triton_ort.onnx_files import save_model
+from triton_ort.model.onnx_files import save_model
 
 
 def save(graph: onnx.GraphProto, path: Path) -> Path:

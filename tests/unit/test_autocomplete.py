@@ -1,4 +1,5 @@
-"""triton_ort.autocomplete on ONNX files built here: what Triton's auto-complete receives, without Triton."""
+"""triton_ort.model.autocomplete on ONNX files built here: what Triton's auto-complete receives, without
+Triton."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from onnx import TensorProto, helper
 from tests.support import graphs
 from tests.support.python_backend import python_backend_utils
 from triton_ort import ConfigError
-from triton_ort.autocomplete import (
+from triton_ort.model.autocomplete import (
     DEFAULT_MAX_BATCH_SIZE,
     ZERO_COPY_LINE,
     apply_completed,
@@ -21,10 +22,10 @@ from triton_ort.autocomplete import (
     read_onnx_signature,
     zero_copy_warning,
 )
-from triton_ort.load_checks import one_value_inputs_note
-from triton_ort.onnx_files import OPSET, readable_model, save_model
-from triton_ort.served_config import ServedConfig
-from triton_ort.signature import check_config
+from triton_ort.model.load_checks import one_value_inputs_note
+from triton_ort.model.onnx_files import OPSET, readable_model, save_model
+from triton_ort.model.served_config import ServedConfig
+from triton_ort.model.signature import check_config
 
 v = helper.make_tensor_value_info
 
@@ -382,12 +383,12 @@ def test_a_config_dims_one_without_reshape_fails_the_load_naming_the_line_to_add
 def test_the_default_max_batch_size_is_logged_as_the_native_backend_does(
     multi_io: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level("WARNING", logger="triton_ort.autocomplete"):
+    with caplog.at_level("WARNING", logger="triton_ort.model.autocomplete"):
         complete_config(config(max_batch_size=0), multi_io)
     assert "autofilled max_batch_size to 4 for model 'm' since batching is supported" in caplog.text
     assert "an explicit max_batch_size: 0 reads as unspecified" in caplog.text
     caplog.clear()
-    with caplog.at_level("WARNING", logger="triton_ort.autocomplete"):
+    with caplog.at_level("WARNING", logger="triton_ort.model.autocomplete"):
         complete_config(config(max_batch_size=8), multi_io)  # set: nothing to say
         complete_config(config(input=[{"name": "a", "data_type": "TYPE_FP16", "dims": [-1, 3]}]), multi_io)
     assert caplog.text == ""
@@ -537,7 +538,7 @@ def test_a_zipmap_output_is_refused_with_the_converter_option_that_avoids_it(tmp
 
 
 def test_an_ort_sequence_type_names_the_zipmap_option_too() -> None:
-    from triton_ort.dtypes import from_onnx_type
+    from triton_ort.model.dtypes import from_onnx_type
 
     with pytest.raises(ConfigError, match=r"seq\(map\(int64,tensor\(float\)\)\).*'zipmap': False"):
         from_onnx_type("seq(map(int64,tensor(float)))", "ONNX output 'output_probability'")

@@ -394,7 +394,7 @@ def test_a_bf16_model_is_refused_offline_for_a_triton_whose_python_backend_canno
 
 def test_the_load_refuses_bf16_where_the_python_backend_cannot_carry_it(tmp_path: Path) -> None:
     from triton_ort import ConfigError, ModelInstance
-    from triton_ort.autocomplete import complete_config
+    from triton_ort.model.autocomplete import complete_config
 
     graphs.bf16_doubler(tmp_path / "model.onnx")
     completed = complete_config({"name": "bf16", "max_batch_size": 0}, tmp_path)

@@ -13,10 +13,10 @@ from onnxruntime.capi import onnxruntime_pybind11_state
 
 from tests.support import graphs
 from triton_ort import ConfigError, ModelInstance
-from triton_ort.autocomplete import complete_config
-from triton_ort.custom_ops import ORT_DOMAINS, check_custom_operators, config_line
-from triton_ort.distributions import ort_distributions
-from triton_ort.served_config import ServedConfig
+from triton_ort.model.autocomplete import complete_config
+from triton_ort.model.custom_ops import ORT_DOMAINS, check_custom_operators, config_line
+from triton_ort.model.served_config import ServedConfig
+from triton_ort.runtime.distributions import ort_distributions
 
 REFUSAL = (
     "node 'fancy' (op type 'MyFancyOp') is of domain 'com.example', which ONNX Runtime does not implement: "

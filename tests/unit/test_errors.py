@@ -25,7 +25,7 @@ from triton_ort import (
     run_requests,
     triton_code,
 )
-from triton_ort.ort_errors import classify_failure
+from triton_ort.runtime.ort_errors import classify_failure
 
 GIB = 2**30
 

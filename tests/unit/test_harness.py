@@ -170,7 +170,7 @@ def test_the_runtime_imports_neither_the_harness_nor_the_cli() -> None:
     triton_ort.harness or triton_ort.cli (a Triton image may ship triton_ort without tritonclient or
     psutil)."""
     code = (
-        "import sys, triton_ort.instance, triton_ort.autocomplete\n"
+        "import sys, triton_ort.runtime.instance, triton_ort.model.autocomplete\n"
         "print(sorted(m for m in sys.modules if m.startswith(('triton_ort.harness', 'triton_ort.cli'))))"
     )
     checked = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

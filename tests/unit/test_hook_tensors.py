@@ -16,11 +16,11 @@ import torch
 from tests.support.hooks_support import DECLARED_HOOKS, SHORT_CONFIG, UNDECLARED_HOOKS
 from tests.support.paths import demo_onnx
 from triton_ort import ClientTensor, ConfigError, ModelInstance
-from triton_ort.autocomplete import complete_config
 from triton_ort.cli.config import ConfigCommandError, completed_config
-from triton_ort.dtypes import from_triton_type
-from triton_ort.hook_tensors import read_declarations
-from triton_ort.signature import TensorSpec
+from triton_ort.hooks.declared import read_declarations
+from triton_ort.model.autocomplete import complete_config
+from triton_ort.model.dtypes import from_triton_type
+from triton_ort.model.signature import TensorSpec
 
 
 def _module(**attributes: Any) -> types.ModuleType:

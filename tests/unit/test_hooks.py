@@ -17,7 +17,7 @@ from tests.support.hooks_support import EXAMPLE, STRICT_HOOKS, example_config
 from tests.support.paths import demo_instance_config, demo_onnx
 from triton_ort import ConfigError, HookError, InputError, ModelInstance
 from triton_ort.harness.reference import reference_outputs
-from triton_ort.hooks import HookedRunner
+from triton_ort.runtime.hooked_runner import HookedRunner
 
 
 def instance_with(tmp_path: Path, hooks_source: str | None, **config: Any) -> ModelInstance:

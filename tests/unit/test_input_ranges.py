@@ -14,13 +14,13 @@ from onnx import TensorProto, helper
 
 from tests.support import graphs
 from tests.support.python_backend import python_backend_utils
-from triton_ort.autocomplete import apply_completed, complete_config
 from triton_ort.cli import perf
 from triton_ort.cli.infer import _load_inputs, build_parser
 from triton_ort.cli.request_checks import ModelSignature, RequestError
 from triton_ort.cli.request_data import generated, parse_shape, read_json_input_data, shape_of
 from triton_ort.errors import ConfigError
-from triton_ort.input_ranges import (
+from triton_ort.model.autocomplete import apply_completed, complete_config
+from triton_ort.model.input_ranges import (
     DEFAULT_RANGE,
     ValueRange,
     index_ranges,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from triton_ort import ConfigError, ModelOptions, parse_options
-from triton_ort.cuda_context import lower_stack_limit, stack_limit
-from triton_ort.session import Placement, cuda_provider_options
+from triton_ort.runtime.cuda_context import lower_stack_limit, stack_limit
+from triton_ort.runtime.session import Placement, cuda_provider_options
 
 
 def test_the_stack_limit_is_256_bytes_unless_the_config_says() -> None:

@@ -12,13 +12,13 @@ import torch
 
 from tests.support.paths import demo_instance_config, demo_onnx
 from triton_ort.errors import InferenceError, InputError
-from triton_ort.execute import Lane
-from triton_ort.gather import run_requests
-from triton_ort.load_checks import checked_options
-from triton_ort.model_plan import ModelPlan
-from triton_ort.runner import IOBindingRunner
-from triton_ort.served_config import ServedConfig
-from triton_ort.session import Placement
+from triton_ort.model.load_checks import checked_options
+from triton_ort.model.served_config import ServedConfig
+from triton_ort.runtime.gather import run_requests
+from triton_ort.runtime.lane import Lane
+from triton_ort.runtime.plan import ModelPlan
+from triton_ort.runtime.runner import IOBindingRunner
+from triton_ort.runtime.session import Placement
 
 INPUT, OUTPUT = "np_script_embeddings", "np_logits"
 

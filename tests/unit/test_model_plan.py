@@ -9,14 +9,14 @@ import pytest
 from tests.support import graphs
 from tests.support.paths import demo_onnx
 from triton_ort import IOBindingRunner, Placement
-from triton_ort.autocomplete import read_onnx_signature
 from triton_ort.errors import ConfigError
-from triton_ort.hooks import Hooks
-from triton_ort.load_checks import checked_options
-from triton_ort.model_plan import ModelPlan
-from triton_ort.output_placement import OutputPlacement
-from triton_ort.run_plans import SIGNATURES_KEPT, BoundedSet
-from triton_ort.served_config import ServedConfig
+from triton_ort.hooks.module import Hooks
+from triton_ort.model.autocomplete import read_onnx_signature
+from triton_ort.model.load_checks import checked_options
+from triton_ort.model.served_config import ServedConfig
+from triton_ort.runtime.output_placement import OutputPlacement
+from triton_ort.runtime.plan import ModelPlan
+from triton_ort.runtime.run_plans import SIGNATURES_KEPT, BoundedSet
 
 DEMO_CONFIG = {
     "name": "demo",

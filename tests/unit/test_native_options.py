@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from triton_ort import ConfigError, ModelOptions, parse_options
-from triton_ort.load_checks import checked_options
-from triton_ort.served_config import ServedConfig
+from triton_ort.model.load_checks import checked_options
+from triton_ort.model.served_config import ServedConfig
 
 # What Triton core puts in every model config's `optimization` (seen in 23.12's JSON for a config without
 # one): these must load as they are.

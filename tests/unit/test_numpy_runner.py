@@ -20,10 +20,10 @@ from tests.support import graphs
 from tests.support.hooks_support import EXAMPLE, example_config
 from tests.support.paths import ROOT, demo_instance_config, demo_onnx
 from triton_ort.errors import InputError
-from triton_ort.gather import run_requests
-from triton_ort.instance import ModelInstance
-from triton_ort.runner import IOBindingRunner
-from triton_ort.session import Placement
+from triton_ort.runtime.gather import run_requests
+from triton_ort.runtime.instance import ModelInstance
+from triton_ort.runtime.runner import IOBindingRunner
+from triton_ort.runtime.session import Placement
 
 Requests = list[dict[str, np.ndarray[Any, Any]]]
 
@@ -150,7 +150,7 @@ def test_a_cpu_instance_on_numpy_loads_and_answers_without_importing_torch(tmp_p
         from pathlib import Path
         import numpy as np
         from tests.support.paths import demo_instance_config
-        from triton_ort.instance import ModelInstance
+        from triton_ort.runtime.instance import ModelInstance
 
         instance = ModelInstance(demo_instance_config(8, warmup="1,4"), Path({str(version)!r}), "CPU", 0,
                                  numpy_on_cpu=True)

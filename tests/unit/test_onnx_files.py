@@ -9,7 +9,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from triton_ort.onnx_files import OPSET, ir_version_for, ort_max_ir_version, readable_model, save_model
+from triton_ort.model.onnx_files import OPSET, ir_version_for, ort_max_ir_version, readable_model, save_model
 
 
 def identity() -> onnx.GraphProto:
@@ -48,7 +48,7 @@ def test_onnx_default_ir_version_is_restamped() -> None:
 
 
 def test_an_opset_too_new_for_this_ort_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("triton_ort.onnx_files.ort_max_ir_version", lambda: ir_version_for(OPSET) - 1)
+    monkeypatch.setattr("triton_ort.model.onnx_files.ort_max_ir_version", lambda: ir_version_for(OPSET) - 1)
     model = helper.make_model(identity(), opset_imports=[helper.make_opsetid("", OPSET)])
     with pytest.raises(ValueError, match=rf"this onnxruntime reads IR <= {ir_version_for(OPSET) - 1}.*opset"):
         readable_model(model)
@@ -74,4 +74,4 @@ def test_onnx_files_are_read_in_one_place() -> None:
     readers = sorted(
         str(path.relative_to(package)) for path in package.rglob("*.py") if "onnx.load(" in path.read_text()
     )
-    assert readers == ["onnx_files.py"], readers
+    assert readers == ["model/onnx_files.py"], readers

@@ -1,7 +1,7 @@
 import pytest
 
 from triton_ort import ConfigError, ModelOptions, parse_options
-from triton_ort.options import parameters_from_model_config
+from triton_ort.model.options import parameters_from_model_config
 
 
 def test_defaults_when_no_parameters() -> None:

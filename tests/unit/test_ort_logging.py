@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tests.support import graphs
 from triton_ort import ModelOptions, Placement, create_session
-from triton_ort.session import ORT_ERROR, ORT_FATAL, ORT_WARNING, _session_options, ort_log_severity
+from triton_ort.runtime.session import ORT_ERROR, ORT_FATAL, ORT_WARNING, _session_options, ort_log_severity
 
 # ORT's warning for an initializer no node reads (graph.cc CleanUnusedInitializersAndNodeArgs), logged at
 # every session creation of such a model: a warning any ORT build gives, with or without a GPU.

@@ -37,10 +37,10 @@ def test_a_version_that_is_not_a_version_is_refused_naming_it() -> None:
 
 
 def test_bf16_is_carried_from_2_49_as_the_load_check_has_it() -> None:
-    """The table and the load's check (triton_ort.load_checks, which the harness does not import: it
+    """The table and the load's check (triton_ort.model.load_checks, which the harness does not import: it
     imports torch) name the same first release."""
     from triton_ort.cli.config import parse_triton_version
-    from triton_ort.load_checks import BF16_FIRST_RELEASE
+    from triton_ort.model.load_checks import BF16_FIRST_RELEASE
 
     assert not release_for("2.48.0").carries_bf16 and release_for("2.49.0").carries_bf16
     assert parse_triton_version("24.08") == BF16_FIRST_RELEASE == release_for("2.49.0").version

@@ -1,5 +1,5 @@
-"""triton_ort.row_mixing on small graphs built here: which graphs make one row's answer depend on the rows
-run beside it (and so must not gather requests), and the ordinary ones that may."""
+"""triton_ort.model.row_mixing on small graphs built here: which graphs make one row's answer depend on the
+rows run beside it (and so must not gather requests), and the ordinary ones that may."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tests.support import graphs
 from tests.support.paths import demo_onnx
-from triton_ort.onnx_files import readable_model
-from triton_ort.row_mixing import find_row_mixing, row_mixing_in_file
+from triton_ort.model.onnx_files import readable_model
+from triton_ort.model.row_mixing import find_row_mixing, row_mixing_in_file
 
 v = helper.make_tensor_value_info
 

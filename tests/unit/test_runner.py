@@ -14,10 +14,10 @@ from tests.support import graphs
 from tests.support.dlpack_layout import python_backend_accepts
 from tests.support.paths import demo_onnx
 from triton_ort import InputError, IOBindingRunner, Placement
-from triton_ort import runner as runner_module
-from triton_ort.ort_errors import mismatched_outputs
-from triton_ort.output_placement import OutputPlacement
-from triton_ort.tensor_checks import signature_of
+from triton_ort.runtime import runner as runner_module
+from triton_ort.runtime.ort_errors import mismatched_outputs
+from triton_ort.runtime.output_placement import OutputPlacement
+from triton_ort.runtime.tensor_checks import signature_of
 
 CPU = Placement("cpu")
 

@@ -8,8 +8,8 @@ import pytest
 
 from tests.support.paths import demo_onnx
 from triton_ort import ConfigError, ModelOptions, Placement, ProviderError, create_session
-from triton_ort.providers import CUDA_EP
-from triton_ort.session import cuda_provider_options
+from triton_ort.runtime.providers import CUDA_EP
+from triton_ort.runtime.session import cuda_provider_options
 
 pytestmark = pytest.mark.skipif(
     CUDA_EP in ort.get_available_providers(), reason="this onnxruntime has the CUDA provider"

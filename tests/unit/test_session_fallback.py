@@ -10,8 +10,8 @@ import pytest
 
 from tests.support.paths import demo_onnx
 from triton_ort import ModelOptions, Placement
-from triton_ort.providers import diagnose_missing_cuda_provider
-from triton_ort.session import (
+from triton_ort.runtime.providers import diagnose_missing_cuda_provider
+from triton_ort.runtime.session import (
     _new_session,
     cuda_options_not_applied,
     cuda_provider_options,

@@ -7,14 +7,14 @@ import pytest
 
 from tests.support.paths import demo_onnx
 from triton_ort import ModelOptions, Placement, ProviderError, create_session
-from triton_ort.providers import (
+from triton_ort.runtime.providers import (
     CPU_EP,
     CUDA_EP,
     OPENVINO_EP,
     TENSORRT_EP,
     diagnose_missing_tensorrt_provider,
 )
-from triton_ort.session import _session_options, requested_providers
+from triton_ort.runtime.session import _session_options, requested_providers
 
 TRT = ModelOptions(tensorrt_options={"trt_fp16_enable": "1", "trt_engine_cache_enable": "1"})
 

@@ -3,9 +3,9 @@ from typing import Any
 import pytest
 
 from triton_ort import ConfigError
-from triton_ort.dtypes import from_onnx_type, from_triton_type
-from triton_ort.served_config import ServedConfig
-from triton_ort.signature import TensorSpec, check_config
+from triton_ort.model.dtypes import from_onnx_type, from_triton_type
+from triton_ort.model.served_config import ServedConfig
+from triton_ort.model.signature import TensorSpec, check_config
 
 FP32 = from_onnx_type("tensor(float)", "x")
 INPUTS = (TensorSpec("np_script_embeddings", FP32, ("batch", 2010)),)

@@ -1,7 +1,7 @@
 """Execute records and CUPTI counts read back from Triton logs of both log formats."""
 
-from triton_ort.copy_counter import cupti_counts_from_log
-from triton_ort.stats import ExecuteStats, RunnerStats
+from triton_ort.runtime.copy_counter import cupti_counts_from_log
+from triton_ort.runtime.stats import ExecuteStats, RunnerStats
 
 RECORD = ExecuteStats(2, ["cuda:0"], 1, 0, 1, True, {"bind": 1.5, "ort_run": 80.0})
 

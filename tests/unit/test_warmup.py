@@ -11,7 +11,7 @@ import pytest
 
 from tests.support import graphs
 from triton_ort import ConfigError, ModelInstance, parse_options
-from triton_ort.load_checks import check_warmup_batch_sizes
+from triton_ort.model.load_checks import check_warmup_batch_sizes
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ on the device (or, when the output is small, one copy into pinned host memory: p
 
 On a CPU instance without hooks: request -> pb_utils.Tensor -> as_numpy() (a view of Triton's memory) ->
 ORT IO binding by pointer -> numpy outputs -> pb_utils.Tensor -> response; torch is never imported there, so
-the stub carries only numpy and ONNX Runtime (triton_ort.arrays).
+the stub carries only numpy and ONNX Runtime (triton_ort.runtime.arrays).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_ort import InferenceError, ModelInstance, TritonOrtError, triton_code
-from triton_ort.autocomplete import apply_completed, complete_config, zero_copy_warning
-from triton_ort.copy_counter import copy_counting_enabled, count_host_device_copies
-from triton_ort.dtypes import from_torch_dtype
 from triton_ort.metrics import triton_instance_metrics
+from triton_ort.model.autocomplete import apply_completed, complete_config, zero_copy_warning
+from triton_ort.model.dtypes import from_torch_dtype
+from triton_ort.runtime.copy_counter import copy_counting_enabled, count_host_device_copies
 
 LOGGER = logging.getLogger("triton_ort.backend")
 
@@ -161,7 +161,7 @@ def _carries_bf16() -> bool:
 class TritonPythonModel:
     @staticmethod
     def auto_complete_config(auto_complete_model_config: Any) -> Any:
-        """Inputs, outputs, dims and max_batch_size from the ONNX file (see triton_ort.autocomplete).
+        """Inputs, outputs, dims and max_batch_size from the ONNX file (see triton_ort.model.autocomplete).
 
         Runs in a stub of its own before any instance; pb_utils.get_model_dir() is the version directory
         being loaded (python_backend's pb_stub.cc: the stub's model path is <model>/<version>/model.py)."""

@@ -1,8 +1,8 @@
 """`triton-ort config MODEL_DIR`: the config a model folder is served with, and the load's refusals, offline.
 
 What it prints is what Triton serves for the fields auto-complete owns: the folder's own config.pbtxt with
-what Triton's auto-complete asks the backend for (triton_ort.autocomplete, the same code the served model
-runs) merged in as Triton merges it: max_batch_size, inputs and outputs (data types, dims, and the
+what Triton's auto-complete asks the backend for (triton_ort.model.autocomplete, the same code the served
+model runs) merged in as Triton merges it: max_batch_size, inputs and outputs (data types, dims, and the
 `reshape: { shape: [ ] }` of a tensor that is only the batch axis) and dynamic_batching. Triton then fills
 in its own defaults (instance_group, version_policy, optimization, dynamic_batching's
 preferred_batch_size, each tensor's unset fields), which a server's model config endpoint shows
@@ -11,7 +11,7 @@ preferred_batch_size, each tensor's unset fields), which a server's model config
 Before printing, the folder gets the checks a load makes without a GPU, with the server's own messages:
 the launcher's pre-start check (files, version folders, the backend's name, with the closest one for a
 misspelt name: triton_ort.harness.checks.check_model), then the model instance's checks of the
-completed config (triton_ort.load_checks: parameters and optimization, warm-up batch sizes, the hooks
+completed config (triton_ort.model.load_checks: parameters and optimization, warm-up batch sizes, the hooks
 module, inputs, outputs and sequence controls against the ONNX file, custom operators without a library
 to register them, and, with --triton-version, BF16 tensors on a python backend that cannot carry them).
 Any refusal exits non-zero with the reason the load gives. Not checked here, because they need the
@@ -28,13 +28,13 @@ from typing import Any
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
-from triton_ort.autocomplete import complete_config, read_onnx_signature, zero_copy_warning
 from triton_ort.backend import BACKEND_NAME
 from triton_ort.errors import TritonOrtError
 from triton_ort.harness.checks import PYTHON_BACKENDS, check_model, runs_triton_ort, versions_to_load
 from triton_ort.harness.repository import read_config
-from triton_ort.input_ranges import PARAMETER as INPUT_RANGES
-from triton_ort.load_checks import (
+from triton_ort.model.autocomplete import complete_config, read_onnx_signature, zero_copy_warning
+from triton_ort.model.input_ranges import PARAMETER as INPUT_RANGES
+from triton_ort.model.load_checks import (
     BF16_FIRST_RELEASE,
     BF16_FIRST_RELEASE_TEXT,
     bf16_tensors,
@@ -44,7 +44,7 @@ from triton_ort.load_checks import (
     checked_options,
     load_hooks,
 )
-from triton_ort.served_config import ServedConfig
+from triton_ort.model.served_config import ServedConfig
 
 
 class ConfigCommandError(ValueError):
@@ -54,7 +54,7 @@ class ConfigCommandError(ValueError):
 
 def _merge(entries: Any, completed: tuple[dict[str, Any], ...]) -> None:
     """Fill each completed tensor into the config's own entry of that name, or add it (ModelConfig.add_*),
-    with its reshape (triton_ort.autocomplete.apply_completed writes it into the served config too)."""
+    with its reshape (triton_ort.model.autocomplete.apply_completed writes it into the served config too)."""
     by_name = {entry.name: entry for entry in entries}
     for tensor in completed:
         entry = by_name.get(str(tensor["name"])) or entries.add(name=str(tensor["name"]))

@@ -56,7 +56,7 @@ from triton_ort.harness.transport import (
     model_metadata,
     tensor_metas,
 )
-from triton_ort.input_ranges import ValueRange, describe, value_ranges
+from triton_ort.model.input_ranges import ValueRange, describe, value_ranges
 
 DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 STABLE_WINDOWS = 3

@@ -4,8 +4,8 @@
 - `--shape NAME:D1,D2,...` gives an input's dims without the batch axis, as perf_analyzer's `--shape`
   (the batch is `--batch`/`-b`). `NAME=D1,D2,...` is read the same way; either spelling may also give the
   whole shape, batch axis first, which then sets the batch.
-- Integer inputs take values in their range (triton_ort.input_ranges.value_ranges): `--range NAME=LO:HI`,
-  else the served config's `input_ranges`, else 0 or 1.
+- Integer inputs take values in their range (triton_ort.model.input_ranges.value_ranges):
+  `--range NAME=LO:HI`, else the served config's `input_ranges`, else 0 or 1.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from triton_ort.cli.request_checks import RequestError
 from triton_ort.errors import ConfigError
 from triton_ort.harness.reference import random_values
 from triton_ort.harness.transport import TensorMeta
-from triton_ort.input_ranges import ValueRange, parse_range
+from triton_ort.model.input_ranges import ValueRange, parse_range
 
 INPUT_DATA_MODES = ("random", "zero")
 

@@ -42,8 +42,8 @@ from triton_ort.harness.processes import MIB, MemorySnapshot
 from triton_ort.harness.repository import read_config
 from triton_ort.harness.server import LocalTritonServer, exit_on_termination, gpu_present
 from triton_ort.harness.transport import make_client, model_config, model_metadata, tensor_metas
-from triton_ort.input_ranges import value_ranges
-from triton_ort.options import DEFAULT_HOST_OUTPUT_MAX_BYTES
+from triton_ort.model.input_ranges import value_ranges
+from triton_ort.model.options import DEFAULT_HOST_OUTPUT_MAX_BYTES
 
 INSTANCES = (1, 2, 4)
 QUEUE_DELAYS_US = (0, 100, 500)

@@ -12,7 +12,7 @@ import numpy as np
 from numpy.typing import NDArray
 from tritonclient.utils import triton_to_np_dtype
 
-from triton_ort.input_ranges import ValueRange
+from triton_ort.model.input_ranges import ValueRange
 
 
 @functools.lru_cache(maxsize=16)

@@ -54,7 +54,7 @@ class Release:
     """From 2.49 (24.08) the python backend carries BF16 tensors through DLPack (python_backend 2b12abe,
     r24.08 src/pb_stub_utils.cc, src/pb_tensor.cc); before, every request with a BF16 tensor is refused
     "TYPE_BF16 not currently supported." (r23.12 src/pb_stub_utils.cc:170-171), so the load is refused
-    (triton_ort.load_checks.check_python_backend_types)."""
+    (triton_ort.model.load_checks.check_python_backend_types)."""
     restarts_killed_stub: bool
     """2.41: a dead stub is restarted on the next execute ("Stub process is unhealthy and it will be
     restarted", python_backend r23.12 src/python_be.cc:2405-2430). 2.51: the restart is gone from

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import InferenceError, InputError
+from ..model.signature import Dim, TensorSpec
 from .arrays import Arrays
-from .errors import InferenceError, InputError
 from .gather import BatchRunner, Result, run_requests
-from .model_plan import ModelPlan
+from .plan import ModelPlan
 from .runner import IOBindingRunner
-from .signature import Dim, TensorSpec
 
 if TYPE_CHECKING:
     import torch

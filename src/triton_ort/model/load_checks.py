@@ -2,7 +2,7 @@
 
 One place for both callers, in the order a load makes them: ModelInstance and ModelPlan.build at load
 (the tensors checked are the ONNX Runtime session's) and `triton-ort config` offline (the ONNX file's
-graph, read without a session: triton_ort.autocomplete.read_onnx_signature). So the offline command
+graph, read without a session: triton_ort.model.autocomplete.read_onnx_signature). So the offline command
 refuses a folder with the reason the server's load gives. What needs the serving host (a GPU, its execution
 providers, ONNX Runtime reading the whole model) is checked at load only.
 
@@ -18,14 +18,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import ConfigError
-from .hook_tensors import undeclared_message
+from ..errors import ConfigError
+from ..hooks.declared import undeclared_message
 from .options import ModelOptions, parse_options
 from .served_config import ServedConfig
 from .signature import TensorSpec, check_config, one_value_per_request, shape_text
 
 if TYPE_CHECKING:
-    from .hooks import Hooks
+    from ..hooks.module import Hooks
 
 LOGGER = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def check_python_backend_types(config: ServedConfig, carries_bf16: bool) -> None
 
 
 def checked_options(config: ServedConfig) -> ModelOptions:
-    """The model's options (parameters and optimization, triton_ort.options) as the load reads them from
+    """The model's options (parameters and optimization, triton_ort.model.options) as the load reads them from
     the completed config, with the warm-up batch sizes checked against its max_batch_size."""
     options = parse_options(config.parameters, config.optimization)
     check_warmup_batch_sizes(options.warmup, config.max_batch_size)
@@ -102,7 +102,7 @@ def load_hooks(version_dir: Path, options: ModelOptions) -> Hooks | None:
     """The model's hooks module (parameter `hooks`), imported and checked; None without one."""
     if not options.hooks:
         return None
-    from .hooks import Hooks
+    from ..hooks.module import Hooks
 
     return Hooks.load(version_dir / options.hooks)
 
@@ -134,7 +134,7 @@ def _refuse_strings_around_hooks(
 ) -> None:
     """Hooks take and return torch tensors: a model with string tensors (the model's or the client's)
     cannot have them."""
-    from .hooks import ClientSpecs
+    from ..hooks.module import ClientSpecs
 
     client = ClientSpecs.from_config(config)
     specs = (*model_tensors, *client.inputs, *client.optional, *client.outputs)

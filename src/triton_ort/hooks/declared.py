@@ -26,9 +26,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .dtypes import from_triton_type
-from .errors import ConfigError
-from .signature import Dim, TensorSpec
+from ..errors import ConfigError
+from ..model.dtypes import from_triton_type
+from ..model.signature import Dim, TensorSpec
 
 DECLARATION_HINT = (
     "INPUTS = {'raw': ('UINT8', [-1, 2010])} and OUTPUTS = {'scores': ('FP32', [-1, 2])} "

@@ -1,7 +1,7 @@
 """One served model instance, everything model.py needs, and nothing that imports Triton.
 
 An instance is a device, a CUDA stream, an ORT session and a runner, built from the model plan
-(model_plan.py), with one lane (execute.py) that Triton's execute() runs on; warm-up and the custom metrics
+(plan.py), with one lane (lane.py) that Triton's execute() runs on; warm-up and the custom metrics
 are small steps of its load and of each execute.
 
 torch is imported only by an instance that runs on it (a GPU instance, or hooks): a CPU instance that the
@@ -18,18 +18,18 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ProviderError
+from ..metrics import InstanceMetrics, request_rows
+from ..model.load_checks import bf16_tensors, check_python_backend_types, checked_options, load_hooks
+from ..model.options import ModelOptions
+from ..model.served_config import ServedConfig
 from .arrays import NumpyArrays
 from .cuda_context import lower_stack_limit
-from .errors import ProviderError
-from .execute import Lane, zeros_request
 from .gather import Result
-from .load_checks import bf16_tensors, check_python_backend_types, checked_options, load_hooks
-from .metrics import InstanceMetrics, request_rows
-from .model_plan import ModelPlan
-from .options import ModelOptions
+from .lane import Lane, zeros_request
 from .output_placement import OutputPlacement
+from .plan import ModelPlan
 from .runner import IOBindingRunner
-from .served_config import ServedConfig
 from .session import Placement, create_session
 from .stats import ExecuteStats
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import onnx
 from onnx import helper
 
-from .errors import ConfigError, unreadable_onnx_file
+from ..errors import ConfigError, unreadable_onnx_file
 
 # Opset 17 (onnx 1.12, IR 8): every operator our models use, and run by ORT >= 1.13.
 OPSET = 17
@@ -89,7 +89,7 @@ def readable_model(model: onnx.ModelProto) -> onnx.ModelProto:
         raise ValueError(
             f"opsets {opsets} need ONNX IR version {model.ir_version}, and this onnxruntime reads IR "
             f"<= {ort_max_ir_version()}. Fix: build the model with opset {OPSET} "
-            "(triton_ort.onnx_files.OPSET), or install a newer onnxruntime"
+            "(triton_ort.model.onnx_files.OPSET), or install a newer onnxruntime"
         )
     return model
 

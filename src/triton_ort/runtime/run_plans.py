@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import onnxruntime as ort
 
+from ..model.signature import TensorSpec
 from .session import Placement
-from .signature import TensorSpec
 
 if TYPE_CHECKING:
     import torch

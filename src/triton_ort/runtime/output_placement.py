@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .options import DEFAULT_HOST_OUTPUT_MAX_BYTES
+from ..model.options import DEFAULT_HOST_OUTPUT_MAX_BYTES
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import ElementType
-from .errors import InputError
-from .signature import TensorSpec, shape_text
+from ..errors import InputError
+from ..model.dtypes import ElementType
+from ..model.signature import TensorSpec, shape_text
 
 Signature = tuple[tuple[str, Any, tuple[int, ...]], ...]
 """Names, dtypes (torch's or numpy's) and shapes of a request's tensors."""

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .errors import InferenceError, InputError
+from ..errors import InferenceError, InputError
 from .ort_errors import classify_failure, device_memory_bytes
 from .session import Placement
 
@@ -40,9 +40,9 @@ Result = dict[str, Any] | Exception
 
 
 class BatchRunner(Protocol):
-    """What gathering needs of a runner: an IOBindingRunner, or one with hooks around it (hooks.py). Two
-    steps: `check` each request on its own, then `run_batch` for each run (one request, or a group of them,
-    which the runner concatenates itself)."""
+    """What gathering needs of a runner: an IOBindingRunner, or one with hooks around it (hooked_runner.py).
+    Two steps: `check` each request on its own, then `run_batch` for each run (one request, or a group of
+    them, which the runner concatenates itself)."""
 
     outputs_follow_batch: bool
     placement: Placement

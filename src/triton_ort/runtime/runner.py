@@ -40,8 +40,9 @@ from typing import Any
 
 import onnxruntime as ort
 
+from ..model.dtypes import from_onnx_type
+from ..model.signature import OnnxSignature, TensorSpec, one_value_per_request, read_specs
 from .arrays import Arrays, NumpyArrays, TorchArrays, concatenate
-from .dtypes import from_onnx_type
 from .graph_buckets import (
     MAX_CUDA_GRAPHS,
     batch_bucket,
@@ -64,7 +65,6 @@ from .run_plans import (
     plan_output_shape,
 )
 from .session import Placement, session_placement
-from .signature import OnnxSignature, TensorSpec, one_value_per_request, read_specs
 from .stats import RunnerStats
 from .string_runner import run_with_strings
 from .tensor_checks import Signature, check_against_specs, check_shared_axes, signature_of
@@ -141,7 +141,7 @@ class IOBindingRunner:
 
     @property
     def signature(self) -> OnnxSignature:
-        """The session's tensors: what the model plan is built from (model_plan.py)."""
+        """The session's tensors: what the model plan is built from (plan.py)."""
         return OnnxSignature(self.inputs, self.outputs, self.overridable)
 
     @property

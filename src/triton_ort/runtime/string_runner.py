@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from ..errors import InputError
+from ..model.signature import TensorSpec
 from .arrays import Arrays
-from .errors import InputError
-from .signature import TensorSpec
 from .stats import RunnerStats
 
 

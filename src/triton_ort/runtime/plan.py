@@ -25,21 +25,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import InputError
+from ..errors import InputError
+from ..model.load_checks import check_tensors
+from ..model.options import ModelOptions
+from ..model.row_mixing import row_mixing_in_file
+from ..model.served_config import ServedConfig
+from ..model.signature import OnnxSignature, TensorSpec, one_value_per_request
 from .gather import BatchRunner
 from .graph_buckets import padded_rows
-from .load_checks import check_tensors
-from .options import ModelOptions
 from .output_placement import OutputPlacement
-from .row_mixing import row_mixing_in_file
 from .run_plans import outputs_follow_batch
-from .served_config import ServedConfig
-from .signature import OnnxSignature, TensorSpec, one_value_per_request
 
 if TYPE_CHECKING:
     import torch
 
-    from .hooks import ClientSpecs, Hooks
+    from ..hooks.module import ClientSpecs, Hooks
     from .runner import IOBindingRunner
 
 LOGGER = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ class ModelPlan:
         if hooks is None:
             one_value = {s.name: s for s in overridable if one_value_per_request(s)}
         else:
-            from .hooks import ClientSpecs
+            from ..hooks.module import ClientSpecs
 
             client = ClientSpecs.from_config(config)
         # Requests can be concatenated along axis 0 only if every output's first axis is that same batch
@@ -134,7 +134,7 @@ class ModelPlan:
         """What gathering calls for this runner: the runner itself, or the runner with its hooks around it."""
         if self.hooks is None:
             return runner
-        from .hooks import HookedRunner
+        from .hooked_runner import HookedRunner
 
         assert self.client is not None
         return HookedRunner(runner, self.hooks, self.client, self.output_placement)

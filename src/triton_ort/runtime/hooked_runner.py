@@ -1,15 +1,9 @@
-"""Pre- and post-processing hooks: Python that runs around the ONNX model inside the same execute().
+"""The runner with a model's hooks around it (hooks/module.py: the hooks' contract and loading).
 
-A model may ship a Python module beside its ONNX file (config.pbtxt parameter `hooks: "hooks.py"`, a path
-relative to the version directory) that defines either or both of
-
-    def preprocess(inputs: Tensors) -> Tensors: ...            # client inputs -> the session's inputs
-    def postprocess(outputs: Tensors, inputs: Tensors) -> Tensors: ...   # session outputs -> client outputs
-
-on dicts of torch tensors. They run on the instance's device and CUDA stream, once per ORT run: on the
-gathered batch when several requests of one execute() are concatenated, on one request when it runs alone.
-What they return is checked (preprocess's against the ONNX file's inputs, postprocess's against
-config.pbtxt's outputs), and every failure names the hook (module path and function).
+The hooks run on the instance's device and CUDA stream, once per ORT run: on the gathered batch when several
+requests of one execute() are concatenated, on one request when it runs alone. What they return is checked
+(preprocess's against the ONNX file's inputs, postprocess's against config.pbtxt's outputs), and every
+failure names the hook (module path and function).
 
 `HookedRunner` puts the hooks around an `IOBindingRunner` behind the same interface that request gathering
 uses, so gathering, splitting and the one-by-one fallback stay in one place (gather.py) and a model without
@@ -18,152 +12,25 @@ hooks runs exactly as before: the model plan builds a HookedRunner only when a h
 
 from __future__ import annotations
 
-import importlib.util
-import inspect
 import math
-import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
+from ..errors import InputError
+from ..hooks.module import ClientSpecs, HookError, Hooks, Tensors
 from .arrays import concatenate
-from .dtypes import from_triton_type
-from .errors import ConfigError, InputError, TritonOrtError
-from .hook_tensors import HookTensors, read_declarations
 from .output_placement import OutputPlacement
 from .run_plans import BoundedSet
 from .runner import IOBindingRunner
-from .served_config import ConfigTensor, ServedConfig
-from .signature import Dim, TensorSpec
 from .tensor_checks import Signature, check_against_specs, signature_of
-
-Tensors = dict[str, torch.Tensor]
-"""Tensors by name: what hooks take and return."""
-
-
-class Preprocess(Protocol):
-    """`preprocess(inputs) -> inputs`: the client's tensors (one request, or a gathered batch) in, the
-    ONNX session's inputs out. Raise `triton_ort.InputError` to reject the request as the client's fault."""
-
-    def __call__(self, inputs: Tensors, /) -> Tensors: ...
-
-
-class Postprocess(Protocol):
-    """`postprocess(outputs, inputs) -> outputs`: the session's outputs and the client's inputs (the
-    same tensors preprocess saw) in, the outputs config.pbtxt declares out, batch axis first."""
-
-    def __call__(self, outputs: Tensors, inputs: Tensors, /) -> Tensors: ...
-
-
-class HookError(TritonOrtError):
-    """A hook raised, or returned something that does not fit: the model's fault, not the client's."""
-
-
-@dataclass(frozen=True)
-class ClientSpecs:
-    """config.pbtxt's inputs and outputs: what clients send and receive when hooks sit in between."""
-
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-    batched: bool  # max_batch_size > 0: every tensor has a leading batch axis
-    optional: tuple[TensorSpec, ...] = ()
-    """Inputs a request may leave out (`optional: true`): preprocess gets only what was sent."""
-
-    @classmethod
-    def from_config(cls, config: ServedConfig) -> ClientSpecs:
-        batch: tuple[Dim, ...] = ("batch",) if config.batched else ()
-
-        def specs(kind: str, entries: Sequence[ConfigTensor]) -> tuple[TensorSpec, ...]:
-            return tuple(
-                TensorSpec(
-                    name=entry.name,
-                    element_type=from_triton_type(entry.data_type, f"config {kind} {entry.name!r}"),
-                    shape=batch + tuple(None if d < 0 else d for d in entry.dims),
-                )
-                for entry in entries
-            )
-
-        required = [entry for entry in config.inputs if not entry.optional]
-        optional = [entry for entry in config.inputs if entry.optional]
-        return cls(
-            specs("input", required),
-            specs("output", config.outputs),
-            config.batched,
-            specs("input", optional),
-        )
 
 
 def _describe(value: object) -> str:
     if isinstance(value, Mapping):
         return "{" + ", ".join(f"{k!r}: {type(v).__name__}" for k, v in value.items()) + "}"
     return type(value).__name__
-
-
-@dataclass(frozen=True)
-class Hooks:
-    """The hook functions of one model, loaded from its hooks module."""
-
-    path: Path
-    preprocess: Preprocess | None
-    postprocess: Postprocess | None
-    declared: HookTensors | None = None
-    """The client tensors the module declares (INPUTS, OUTPUTS: triton_ort.hook_tensors), None without."""
-
-    def name(self, function: str) -> str:
-        """How messages name a hook: module path and function."""
-        return f"{self.path}:{function}"
-
-    @classmethod
-    def load(cls, path: Path) -> Hooks:
-        """Import the module at `path`; ConfigError names the file and what is wrong with it."""
-        if not path.is_file():
-            raise ConfigError(
-                f"parameter 'hooks': {path} does not exist (the path is relative to the version directory)"
-            )
-        # A name of its own per file: two models' hooks.py must not replace each other in sys.modules.
-        module_name = f"triton_ort_hooks_{abs(hash(str(path.resolve())))}"
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        if spec is None or spec.loader is None:
-            raise ConfigError(
-                f"parameter 'hooks': {path} cannot be imported as a Python module (expected a .py file)"
-            )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as error:
-            del sys.modules[module_name]
-            raise ConfigError(
-                f"hooks module {path} failed to import: {type(error).__name__}: {error}"
-            ) from error
-        hooks = cls(
-            path,
-            getattr(module, "preprocess", None),
-            getattr(module, "postprocess", None),
-            read_declarations(module, path),
-        )
-        if hooks.preprocess is None and hooks.postprocess is None:
-            raise ConfigError(
-                f"hooks module {path} defines neither preprocess(inputs) nor postprocess(outputs, inputs)"
-            )
-        hooks._check_arity("preprocess", 1)
-        hooks._check_arity("postprocess", 2)
-        return hooks
-
-    def _check_arity(self, function: str, arguments: int) -> None:
-        hook = getattr(self, function)
-        if hook is None:
-            return
-        usage = "preprocess(inputs)" if arguments == 1 else "postprocess(outputs, inputs)"
-        try:
-            inspect.signature(hook).bind(*range(arguments))
-        except TypeError:
-            raise ConfigError(f"hook {self.name(function)} must be callable as {usage}") from None
-        except ValueError:  # a builtin without a signature: let the first call tell
-            pass
 
 
 def _call(name: str, hook: Callable[..., Any], *arguments: Tensors) -> Any:

@@ -16,9 +16,9 @@ from pathlib import Path
 import onnxruntime as ort
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidProtobuf
 
-from .custom_ops import check_op_libraries, unregistered_operator_error
-from .errors import ConfigError, ProviderError, unreadable_onnx_file
-from .options import ModelOptions
+from ..errors import ConfigError, ProviderError, unreadable_onnx_file
+from ..model.custom_ops import check_op_libraries, unregistered_operator_error
+from ..model.options import ModelOptions
 from .providers import (
     CPU_EP,
     CUDA_EP,

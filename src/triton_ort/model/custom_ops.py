@@ -23,7 +23,7 @@ from pathlib import Path
 
 import onnx
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .onnx_files import read_onnx_file, subgraphs
 
 ORT_DOMAINS = frozenset(

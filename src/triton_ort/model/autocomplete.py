@@ -54,9 +54,9 @@ from typing import Any, Protocol
 
 import onnx
 
+from ..errors import ConfigError
 from . import input_ranges
 from .dtypes import ELEMENT_TYPES, ZIPMAP_HINT, ElementType, from_onnx_type
-from .errors import ConfigError
 from .input_ranges import format_ranges, index_ranges
 from .onnx_files import read_onnx_file
 from .options import parameters_from_model_config, parse_options
@@ -97,7 +97,7 @@ class CompletedConfig:
     dynamic_batching: bool
     """Whether to call ModelConfig.set_dynamic_batching."""
     input_ranges: str | None = None
-    """The parameter input_ranges the graph gives (triton_ort.input_ranges), where the config sets none:
+    """The parameter input_ranges the graph gives (triton_ort.model.input_ranges), where the config sets none:
     `triton-ort config` prints it for config.pbtxt. Not sent to Triton, which takes only max_batch_size,
     inputs, outputs and batching from an auto-completed config (core TritonModel::UpdateModelConfig)."""
 
@@ -283,15 +283,15 @@ def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> Compl
 
 def complete_from_hooks(model_config: Mapping[str, Any], hooks_path: Path) -> CompletedConfig:
     """A hooked model's config, completed from what its hooks module declares (INPUTS and OUTPUTS,
-    triton_ort.hook_tensors): hooks may rename, cast and reshape, so the ONNX file cannot tell what clients
+    triton_ort.hooks.declared): hooks may rename, cast and reshape, so the ONNX file cannot tell what clients
     see. The rules are those of a model without hooks, over the declared tensors in place of the file's:
     max_batch_size and dynamic batching from their first axes, the config's own entries kept, the config's
     outputs (when it lists some) the ones served, declared optional inputs `optional: true`.
 
     Without declarations the config is served as written; one that lists no inputs and no outputs is
     refused (ConfigError: the one line of hook_tensors.undeclared_message, which the load gives too)."""
-    from .hook_tensors import undeclared_message
-    from .hooks import Hooks
+    from ..hooks.declared import undeclared_message
+    from ..hooks.module import Hooks
 
     hooks = Hooks.load(hooks_path)  # imported as the load imports it
     declared = hooks.declared

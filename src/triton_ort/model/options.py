@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .input_ranges import PARAMETER as INPUT_RANGES
 from .input_ranges import parse_ranges
 
@@ -283,7 +283,7 @@ _PARAMETERS: dict[str, _Parameter] = {
     "cuda_graph": _Parameter("cuda_graph", _parse_bool, native=False),
     "cuda_stack_bytes": _Parameter("cuda_stack_bytes", _parse_count, native=False),
     "warmup": _Parameter("warmup", _parse_warmup, native=False),
-    # For clients, not the runtime: the values each integer input accepts (triton_ort.input_ranges).
+    # For clients, not the runtime: the values each integer input accepts (triton_ort.model.input_ranges).
     INPUT_RANGES: _Parameter(None, lambda what, raw: parse_ranges(raw, what), native=False),
 }
 

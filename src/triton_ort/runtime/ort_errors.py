@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_status
 
-from .errors import InferenceError, InputError, TritonOrtError, Unavailable
+from ..errors import InferenceError, InputError, TritonOrtError, Unavailable
 
 if TYPE_CHECKING:
     from .session import Placement

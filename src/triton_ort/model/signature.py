@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from ..errors import ConfigError
 from .dtypes import ElementType, from_onnx_type, from_triton_type
-from .errors import ConfigError
 
 if TYPE_CHECKING:
     from .served_config import ConfigTensor, ServedConfig

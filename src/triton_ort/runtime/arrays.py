@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .dtypes import ElementType
+from ..model.dtypes import ElementType
 from .session import Placement
 from .stats import RunnerStats
 
