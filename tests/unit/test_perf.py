@@ -388,8 +388,7 @@ def test_several_json_requests_are_sent_in_turn(tmp_path: Path) -> None:
     path = tmp_path / "data.json"
     rows = [{"ids": [[i, i]], "mask": [[1] * 16], "text": [["w"]]} for i in range(3)]
     path.write_text(json.dumps({"data": rows}))
-    first, batch = perf.build_inputs(SIGNATURE, META, None, input_data=str(path))
-    requests = perf.json_requests(SIGNATURE, META, str(path), first)
+    requests, batch = perf.build_requests(SIGNATURE, META, None, input_data=str(path))
     assert batch == 1 and [r["ids"].tolist() for r in requests] == [[[0, 0]], [[1, 1]], [[2, 2]]]
     args = argparse.Namespace(protocol="http", shared_memory="none", cuda_shm=False)
     with perf.request_slots(args, requests, [], 4) as slots:

@@ -5,9 +5,11 @@ runs the real ones)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2
 
@@ -115,3 +117,31 @@ def test_tune_measures_as_perf_does_with_perfs_own_options(tmp_path: Path) -> No
     args = parser.parse_args([str(tmp_path), "--cuda-shm", "--shared-memory", "system"])
     with pytest.raises(SystemExit):
         perf.resolve_shared_memory(parser, args)
+
+
+def test_tune_sends_every_request_of_the_input_data_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """perf_analyzer's JSON input data with several requests: tune's load takes them all, as perf's does
+    (it took the first alone before)."""
+    seen: dict[str, Any] = {}
+
+    class RecordingLoad:
+        def __init__(self, *arguments: Any) -> None:
+            seen["slots"], seen["requests"] = len(arguments[2]), arguments[-1]
+
+        async def __aenter__(self) -> RecordingLoad:
+            return self
+
+        async def __aexit__(self, *exc: object) -> None:
+            return None
+
+        async def point(self, target: perf.Target, concurrency: int, batch: int, args: Any) -> perf.Point:
+            return _point(100.0, 1.0, concurrency)
+
+    monkeypatch.setattr(perf, "Load", RecordingLoad)
+    requests = [{"x": np.full((1, 4), i, np.float32)} for i in range(3)]
+    args = argparse.Namespace(
+        protocol="http", url="127.0.0.1:1", shared_memory="none", cuda_shm=False, metrics_url=None
+    )
+    points = asyncio.run(tune._points(args, requests, perf.Target("m", []), 1, [1, 2]))
+    assert [p.concurrency for p in points] == [1, 2]
+    assert seen["slots"] == 3 and [r["x"][0, 0] for r in seen["requests"]] == [0.0, 1.0, 2.0]

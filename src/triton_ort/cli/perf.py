@@ -200,17 +200,41 @@ def build_inputs(
     input_data: str = "random",
     ranges: Mapping[str, ValueRange] | None = None,
 ) -> tuple[dict[str, NDArray[Any]], int]:
-    """One request's inputs and its batch: --inputs (or --input-data FILE) arrays as given, --shape inputs
-    and every other required input made up (random or zero; integers within `ranges`, request_data),
-    optional ones left out, all checked against the model's config."""
+    """The first request of build_requests, and its batch."""
+    requests, batch = build_requests(
+        signature, metadata, batch, shapes, npz, string_data, seed, input_data, ranges
+    )
+    return requests[0], batch
+
+
+def build_requests(
+    signature: ModelSignature,
+    metadata: Mapping[str, Any],
+    batch: int | None,
+    shapes: Sequence[str] = (),
+    npz: Path | None = None,
+    string_data: str | None = None,
+    seed: int = 0,
+    input_data: str = "random",
+    ranges: Mapping[str, ValueRange] | None = None,
+) -> tuple[list[dict[str, NDArray[Any]]], int]:
+    """The requests to send in turn, and their batch. The first: --inputs (or --input-data FILE) arrays as
+    given, --shape inputs and every other required input made up (random or zero; integers within
+    `ranges`, request_data), optional ones left out, all checked against the model's config. perf_analyzer's
+    JSON input data (--input-data FILE.json) gives one request per entry: each later entry replaces the
+    arrays it gives in the first, all of one batch. The file is read once."""
     metas = {meta.name: meta for meta in tensor_metas(metadata, "inputs")}
     batched = signature.max_batch_size > 0
     given = _read_npz(npz) if npz else {}
     source = f"--inputs {npz}"
+    later: list[dict[str, NDArray[Any]]] = []  # the JSON file's later entries
     if input_data not in INPUT_DATA_MODES:
         path = Path(input_data)
         datatypes = {name: meta.datatype for name, meta in metas.items()}
-        more = read_json_input_data(path, datatypes)[0] if path.suffix == ".json" else _read_npz(path)
+        if path.suffix == ".json":
+            more, *later = read_json_input_data(path, datatypes)
+        else:
+            more = _read_npz(path)
         if set(more) & set(given):
             raise RequestError(
                 f"--input-data {input_data} and --inputs {npz} both give {sorted(set(more) & set(given))}"
@@ -254,28 +278,15 @@ def build_inputs(
         else:
             inputs[name] = generated(meta.datatype, full, rng, mode, (ranges or {}).get(name))
     signature.check_inputs(inputs)
-    return inputs, batch
-
-
-def json_requests(
-    signature: ModelSignature, metadata: Mapping[str, Any], input_data: str, first: dict[str, NDArray[Any]]
-) -> list[dict[str, NDArray[Any]]]:
-    """Every request of perf_analyzer's JSON input data (--input-data FILE.json), sent in turn: the first is
-    `first` (build_inputs made it from the file's first entry), each later entry replaces the arrays it
-    gives in it; all of one batch. Any other --input-data: [first]."""
-    if input_data in INPUT_DATA_MODES or Path(input_data).suffix != ".json":
-        return [first]
-    datatypes = {meta.name: meta.datatype for meta in tensor_metas(metadata, "inputs")}
-    requests = [first]
-    batch = signature.check_inputs(first)
-    for index, entry in enumerate(read_json_input_data(Path(input_data), datatypes)[1:], start=1):
-        request = {**first, **entry}
+    requests = [inputs]
+    for index, entry in enumerate(later, start=1):
+        request = {**inputs, **entry}
         if signature.check_inputs(request) != batch:
             raise RequestError(
                 f"--input-data {input_data}: data[{index}] is not of the first entry's batch {batch}"
             )
         requests.append(request)
-    return requests
+    return requests, batch
 
 
 # --- windows and stability -------------------------------------------------------------------------
@@ -1308,7 +1319,7 @@ def run(args: argparse.Namespace) -> int:
     if args.verbose:
         for line in describe(ranges):
             note(line)
-    inputs, batch = build_inputs(
+    requests, batch = build_requests(
         signature,
         metadata,
         args.batch_size,
@@ -1319,7 +1330,6 @@ def run(args: argparse.Namespace) -> int:
         input_data=args.input_data,
         ranges=ranges,
     )
-    requests = json_requests(signature, metadata, args.input_data, inputs)
     batched = signature.max_batch_size > 0
     targets = [Target(args.model, expected_outputs(metadata, batch, batched))]
     native = args.native_model or f"{args.model}{NATIVE_SUFFIX}"
@@ -1348,7 +1358,7 @@ def run(args: argparse.Namespace) -> int:
         "url": args.url,
         "transport": {"none": "numpy", "cuda": "cuda-shm", "system": "system-shm"}[args.shared_memory],
         "batch": batch,
-        "inputs": {name: f"{array.dtype}{list(array.shape)}" for name, array in inputs.items()},
+        "inputs": {name: f"{array.dtype}{list(array.shape)}" for name, array in requests[0].items()},
         "requests_in_data": len(requests),
         "measurement_interval_ms": args.measurement_interval,
         "stability_percentage": args.stability_percentage,

@@ -137,17 +137,14 @@ def _serving_repository(model_dir: Path, config: model_config_pb2.ModelConfig, r
 
 
 def _perf_args(args: argparse.Namespace, server: LocalTritonServer) -> argparse.Namespace:
+    """tune's options (perf's measurement options among them: perf.add_measurement_options) with this
+    server's addresses."""
     return argparse.Namespace(
-        protocol=args.protocol,
-        url=server.grpc_url if args.protocol == "grpc" else server.http_url,
-        cuda_shm=args.cuda_shm,
-        shared_memory=args.shared_memory,
-        measurement_interval=args.measurement_interval,
-        max_windows=args.max_windows,
-        stability_percentage=args.stability_percentage,
-        percentile=args.percentile,
-        metrics_url=f"127.0.0.1:{server.metrics_port}",
-        client_processes=args.client_processes,
+        **{
+            **vars(args),
+            "url": server.grpc_url if args.protocol == "grpc" else server.http_url,
+            "metrics_url": f"127.0.0.1:{server.metrics_port}",
+        }
     )
 
 
@@ -188,13 +185,13 @@ def measure(
             ranges = value_ranges(inputs_of, served, parse_ranges_option(args.range))
             perf_args = _perf_args(args, server)
             for batch in args.batch:
-                inputs, batch = perf.build_inputs(
+                requests, batch = perf.build_requests(
                     signature, metadata, batch if batched else None, args.shape, None, None, 0,
                     input_data=args.input_data, ranges=ranges,
                 )  # fmt: skip
                 output_bytes = max(output_bytes, _output_bytes(metadata, batch, batched))
                 target = perf.Target(config.name, perf.expected_outputs(metadata, batch, batched))
-                result.points += asyncio.run(_points(perf_args, inputs, target, batch, args.concurrency))
+                result.points += asyncio.run(_points(perf_args, requests, target, batch, args.concurrency))
             snapshot = MemorySnapshot.of(server.process.pid)
             result.rss_mib = snapshot.rss_total / MIB
             result.gpu_mib = None if snapshot.gpu_total is None else snapshot.gpu_total / MIB
@@ -207,13 +204,14 @@ def measure(
 
 async def _points(
     perf_args: argparse.Namespace,
-    inputs: dict[str, Any],
+    requests: list[dict[str, Any]],
     target: perf.Target,
     batch: int,
     concurrencies: Sequence[int],
 ) -> list[perf.Point]:
+    """Every request of the input data sent in turn, as perf sends them."""
     points = []
-    with perf.request_slots(perf_args, inputs, target.expected, max(concurrencies)) as slots:
+    with perf.request_slots(perf_args, requests, target.expected, max(concurrencies)) as slots:
         async with perf.Load(
             perf_args.protocol,
             perf_args.url,
@@ -221,7 +219,7 @@ async def _points(
             max(concurrencies),
             perf_args.shared_memory != "none",
             perf_args.metrics_url,
-            [inputs],
+            requests,
         ) as load:
             for concurrency in concurrencies:
                 points.append(await load.point(target, concurrency, batch, perf_args))
