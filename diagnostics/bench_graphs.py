@@ -105,8 +105,8 @@ def main() -> None:
         results[way] = {
             "us_per_execute": us,
             "p50_us": p50,
-            "graph_ids": runner.graph_ids_given if runner else 0,
-            "plans": runner.plan_count if runner else 0,
+            "graph_ids": runner.plans.graph_ids_given if runner else 0,
+            "plans": runner.plans.count if runner else 0,
             "ort_us_per_run": round(ort_us, 1),
         }
         print(

@@ -30,7 +30,7 @@ from tests.support.repository import build_test_repository
 from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session, run_requests
 from triton_ort.harness.repository import pin_one_instance, read_config, write_config
 from triton_ort.harness.waiting import wait_for
-from triton_ort.runtime import runner as runner_module
+from triton_ort.runtime import plan_cache as plan_cache_module
 from triton_ort.runtime.copy_counter import cupti_counts_from_log
 from triton_ort.runtime.output_placement import OutputPlacement
 from triton_ort.runtime.providers import CUDA_EP, diagnose_missing_cuda_provider
@@ -231,7 +231,7 @@ def test_graph_plans_past_the_limit_and_repeats_in_one_execute_answer_right(
     """Signatures past MAX_CUDA_GRAPHS run as ordinary plans, and a captured signature run twice in one
     execute runs the second time as a spare plan (no graph): every answer stays right and none is
     overwritten by a later run."""
-    monkeypatch.setattr(runner_module, "MAX_CUDA_GRAPHS", 2)
+    monkeypatch.setattr(plan_cache_module, "MAX_CUDA_GRAPHS", 2)
     stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     where = Placement("cuda", 0, stream.cuda_stream)
     runner = IOBindingRunner(
@@ -248,7 +248,7 @@ def test_graph_plans_past_the_limit_and_repeats_in_one_execute_answer_right(
         for x, out in answers:
             want = cpu_reference(demo_onnx(), {"np_script_embeddings": x})["np_logits"]
             np.testing.assert_allclose(out.cpu().numpy(), want, **TF32, err_msg=f"{len(x)} rows")
-    assert runner.plan_count == 3  # two captured plans and one ordinary
+    assert runner.plans.count == 3  # two captured plans and one ordinary
 
 
 def padded_graph_runner(stream: torch.cuda.Stream, placement: str) -> IOBindingRunner:
@@ -283,7 +283,7 @@ def test_padded_graphs_answer_every_batch_size_of_their_bucket(placement: str) -
             want = cpu_reference(demo_onnx(), {"np_script_embeddings": x})["np_logits"]
             np.testing.assert_allclose(out.cpu().numpy(), want, **TF32, err_msg=f"{rows} rows")
             answers.setdefault(rows, []).append(out)
-    assert runner.plan_count == runner.graph_ids_given == 3
+    assert runner.plans.count == runner.plans.graph_ids_given == 3
     for rows, outs in answers.items():  # the first run of a bucket is ORT's capture; then its graph's own
         assert all(out is outs[1] for out in outs[2:]), f"{rows} rows: a new view at each run"
 
@@ -317,10 +317,10 @@ def test_gathered_requests_are_concatenated_into_their_bucket_graphs_input_buffe
             want = cpu_reference(demo_onnx(), request)["np_logits"]
             np.testing.assert_allclose(result["np_logits"].cpu().numpy(), want, **TF32)
     runner.reclaim_outputs()
-    buffer = runner.input_buffers({"np_script_embeddings": requests[0]["np_script_embeddings"]}, 100)
+    buffer = runner.plans.input_buffers({"np_script_embeddings": requests[0]["np_script_embeddings"]}, 100)
     pointer = buffer["np_script_embeddings"].data_ptr()  # the bucket of 128 rows' graph, its first rows
     assert read[0] != pointer and read[1:] == [pointer, pointer]
-    assert runner.graph_ids_given == 1
+    assert runner.plans.graph_ids_given == 1
 
 
 def test_cuda_graphs_step_aside_where_a_model_cannot_be_captured(

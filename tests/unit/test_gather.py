@@ -57,7 +57,7 @@ def test_a_gathered_batch_is_concatenated_into_the_memory_the_runner_offers(
         read.append(tensors["np_script_embeddings"].data_ptr())
         return run_checked(tensors, queued)
 
-    monkeypatch.setattr(runner, "input_buffers", input_buffers)
+    monkeypatch.setattr(runner.plans, "input_buffers", input_buffers)
     monkeypatch.setattr(runner, "run_checked", recorded_run)
     results = run_requests(runner, requests, gather=True)
     # asked by the first request's tensors (dtypes, inner axes) and the joint run's rows: no tensor made

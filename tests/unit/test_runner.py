@@ -14,7 +14,7 @@ from tests.support import graphs
 from tests.support.dlpack_layout import python_backend_accepts
 from tests.support.paths import demo_onnx
 from triton_ort import InputError, IOBindingRunner, Placement
-from triton_ort.runtime import runner as runner_module
+from triton_ort.runtime import plan_cache as plan_cache_module
 from triton_ort.runtime.ort_errors import mismatched_outputs
 from triton_ort.runtime.output_placement import OutputPlacement
 from triton_ort.runtime.tensor_checks import signature_of
@@ -189,13 +189,13 @@ def test_cached_plans_answer_as_fresh_runs_do(monkeypatch: pytest.MonkeyPatch) -
     """Served the way ModelInstance serves (reclaim_outputs before each execute): a new shape, the same
     shape again from its plan, a shape back after its plan was evicted, and a repeat of a shape within
     one execute all answer as session.run does, and no answer is overwritten by a later run."""
-    monkeypatch.setattr(runner_module, "PLAN_CACHE_SIZE", 2)
+    monkeypatch.setattr(plan_cache_module, "PLAN_CACHE_SIZE", 2)
     runner = runner_for(demo_onnx())
     for rows in (3, 3, 5, 7, 9, 3):  # 3 is planned, reused, evicted by 5/7/9, and planned again
         runner.reclaim_outputs()
         x = torch.randn(rows, 2010)
         np.testing.assert_array_equal(demo_run(runner, x).numpy(), demo_reference(x))
-        assert runner.plan_count <= 2
+        assert runner.plans.count <= 2
     runner.reclaim_outputs()
     first_x, second_x = torch.randn(4, 2010), torch.randn(4, 2010)
     first = demo_run(runner, first_x)  # the plan's buffers
@@ -226,11 +226,11 @@ def test_a_failed_run_drops_its_plan_and_the_next_run_is_right(tmp_path: Path) -
     good, bad = torch.tensor([[1], [3]]), torch.tensor([[1], [9]])
     runner.reclaim_outputs()
     runner.run({"x": x, "idx": good})
-    assert runner.plan_count == 1
+    assert runner.plans.count == 1
     runner.reclaim_outputs()
     with pytest.raises(Exception, match="GatherElements"):
         runner.run({"x": x, "idx": bad})
-    assert runner.plan_count == 0
+    assert runner.plans.count == 0
     runner.reclaim_outputs()
     got = runner.run({"x": x, "idx": good})["out"]
     want = session_run(path, {"x": x.numpy(), "idx": good.numpy()})["out"]
@@ -348,8 +348,8 @@ def test_an_output_ort_sizes_otherwise_than_its_axis_name_falls_back_to_ort_allo
         for name, value in want.items():
             np.testing.assert_array_equal(got[name].numpy(), value)
     assert runner.stats.ort_runs == 4  # the failed run is not counted, and failed once only
-    assert runner.plan_count == 2
-    assert runner._ort_sized == {signature_of(longer): frozenset({"present"})}
+    assert runner.plans.count == 2
+    assert runner.plans.ort_sized == {signature_of(longer): frozenset({"present"})}
 
 
 def test_a_run_failing_otherwise_is_not_run_again(tmp_path: Path) -> None:
@@ -357,7 +357,7 @@ def test_a_run_failing_otherwise_is_not_run_again(tmp_path: Path) -> None:
     runner.reclaim_outputs()
     with pytest.raises(Exception, match="Add"):
         runner.run({"x": torch.ones(1, 2), "y": torch.ones(1, 3)})
-    assert runner.stats.ort_runs == 0 and not runner._ort_sized
+    assert runner.stats.ort_runs == 0 and not runner.plans.ort_sized
 
 
 def test_the_older_ort_wordings_leave_every_planned_output_to_ort() -> None:

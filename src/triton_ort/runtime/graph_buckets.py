@@ -9,7 +9,7 @@ buffers hold past the run's rows: copies of the first run's last row (written on
 of earlier runs; so each is an input the model has taken, whatever it checks, and no copy is spent on them
 per run. Each row is computed as in any batch of the bucket's size, apart from the others; the padding
 rows' answers are never handed out. Gathering's concatenation writes straight into those buffers (the
-runner's `input_buffers`), so a gathered batch is copied once, not twice.
+plan cache's `input_buffers`), so a gathered batch is copied once, not twice.
 
 Padding needs three facts: graphs are on (graphs_on), the requests are gathered, and the graph is known not
 to mix rows; `padded_rows` is that decision, in one place.

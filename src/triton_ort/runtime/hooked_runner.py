@@ -21,7 +21,7 @@ import torch
 from ..errors import InputError
 from ..hooks.module import ClientSpecs, HookError, Hooks, Tensors
 from .arrays import concatenate
-from .output_placement import OutputPlacement
+from .output_placement import OutputPlacement, copy_to_host
 from .run_plans import BoundedSet
 from .runner import IOBindingRunner
 from .tensor_checks import Signature, check_against_specs, signature_of
@@ -169,17 +169,7 @@ class HookedRunner:
             total = sum(math.prod(t.shape) * t.element_size() for t in placed.values())
         if not self.output_placement.to_host(total):
             return placed
-        self.runner.stats.host_output_runs += 1
-        moved = {}
-        for name, tensor in placed.items():
-            if tensor.device.type == "cuda":
-                # non_blocking to the host allocates the destination in pinned memory (torch's
-                # CachingHostAllocator), so the copy is queued on the stream and not waited for here.
-                moved[name] = tensor.to("cpu", non_blocking=True)
-                self.runner.stats.device_to_host_copies += 1
-            else:
-                moved[name] = tensor
-        return moved
+        return copy_to_host(placed, {}, self.runner.stats)
 
 
 def _rows(tensors: Mapping[str, torch.Tensor]) -> int:

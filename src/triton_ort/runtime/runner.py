@@ -4,19 +4,13 @@ The runner binds torch tensors (a GPU instance, or hooks) or numpy arrays (a CPU
 stub), through its `Arrays` (arrays.py); nothing below depends on which.
 
 Everything that depends only on a request's input signature (names, dtypes, shapes) is worked out once, in
-a `RunPlan` (run_plans.py): the output shapes, where the outputs go (output_placement.py), the output
-buffers and their bindings, the pinned host buffers for outputs handed back on the host, and a CUDA graph id
-(graph_buckets.py). A run then reads top to bottom: stage the inputs on the device ORT computes on, take the
-signature's plan, bind, run, and place the outputs (the plan's buffers, ORT's own for data-dependent sizes,
-host copies queued where the placement says so): no allocation, no rebinding of outputs, no per-run
-decision.
-
-Outputs whose shape follows from the inputs (static axes, or a symbolic axis that also names an input
-axis, such as the batch) live in buffers the plan allocates, so ORT writes straight into memory torch
-owns. Outputs with data-dependent shapes are allocated by ORT on the device at each run and wrapped as
-torch tensors through DLPack, again without a host copy. So is an output that a run finds ORT computing at
-another size than its shared axis name gave (a decoder's present.* beside a longer attention mask): that
-run is run again with the output left to ORT, and so are later runs of its input signature.
+a `RunPlan` (run_plans.py, made here, cached and lent by plan_cache.py): the output buffers and their
+bindings, where the outputs go (output_placement.py), pinned host buffers for outputs handed back on the
+host, and a CUDA graph id (graph_buckets.py). A run reads top to bottom: stage the inputs on the device ORT
+computes on, take the signature's plan, bind, run, and place the outputs: no allocation, no rebinding of
+outputs, no per-run decision. Outputs of data-dependent shape (and one that a run finds ORT computing at
+another size than its shared axis name gave: a decoder's present.* beside a longer attention mask) are
+ORT's own allocation, wrapped without a copy.
 
 What gathering (gather.py) calls is `check` (one request's tensors against the session's inputs) and
 `run_batch` (one run of checked requests: one as sent, or several concatenated here, into a CUDA graph's
@@ -24,7 +18,7 @@ input buffers where the run replays one). A runner is not thread-safe, and holds
 a scheduler with several threads gives each its own runner (and CUDA stream) over the one session.
 
 On a CUDA session with a caller's stream, ORT does not synchronise at the end of a run: the caller
-synchronises that stream once (execute.Lane.wait does), after the host copies are queued.
+synchronises that stream once (lane.Lane.wait does), after the host copies are queued.
 
 A model with strings runs through session.run instead (string_runner.py).
 """
@@ -34,7 +28,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,18 +37,12 @@ from ..model.dtypes import from_onnx_type
 from ..model.signature import OnnxSignature, TensorSpec, one_value_per_request, read_specs
 from .arrays import Arrays, NumpyArrays, TorchArrays, concatenate
 from .graph_buckets import (
-    MAX_CUDA_GRAPHS,
-    batch_bucket,
     copy_into_graph,
-    graph_bucket,
     graphs_on,
-    signature_at,
 )
-from .ort_errors import mismatched_outputs
-from .output_placement import OutputPlacement
+from .output_placement import OutputPlacement, copy_to_host
+from .plan_cache import PlanCache
 from .run_plans import (
-    PLAN_CACHE_SIZE,
-    SIGNATURES_KEPT,
     BoundedSet,
     RunPlan,
     arena_run_options,
@@ -64,7 +51,7 @@ from .run_plans import (
     outputs_follow_batch,
     plan_output_shape,
 )
-from .session import Placement, session_placement
+from .session import Placement, reads_inputs_on_host, session_placement
 from .stats import RunnerStats
 from .string_runner import run_with_strings
 from .tensor_checks import Signature, check_against_specs, check_shared_axes, signature_of
@@ -73,16 +60,6 @@ LOGGER = logging.getLogger(__name__)
 
 Tensors = Mapping[str, Any]
 """A request's tensors: the runner's arrays (torch tensors or numpy arrays), strings as numpy arrays."""
-
-
-def _reads_inputs_on_host(session: ort.InferenceSession) -> bool:
-    """Whether ORT reads some input of a CUDA session on the host (a CPU node's input, such as a shape):
-    it then copies that input at bind time. A session that cannot say is taken to do so."""
-    try:
-        infos = session.get_input_memory_infos()
-    except RuntimeError:
-        return True
-    return infos is None or any(info.name != "Cuda" for info in infos)
 
 
 class IOBindingRunner:
@@ -120,22 +97,15 @@ class IOBindingRunner:
         self.has_strings = any(spec.element_type.is_string for spec in (*self.inputs, *self.outputs))
         self.outputs_follow_batch = outputs_follow_batch(self.inputs, self.outputs)
         self._checked_signatures: BoundedSet[Signature] = BoundedSet()
-        # Signatures whose run computed some planned output at another size than the plan's (a decoder's
-        # present.* named like the attention mask's axis, with a longer mask): ORT allocates those outputs.
-        self._ort_sized: dict[Signature, frozenset[str]] = {}
-        self._plans: OrderedDict[Signature, RunPlan] = OrderedDict()
-        self._graph_plans: dict[Signature, RunPlan] = {}
-        self._graph_ids_given = 0
-        self._graph_max_rows = 0  # > 0: graphs serve buckets of batch sizes up to it (pad_graph_batches)
-        self._lending_round = 0  # counts reclaim_outputs(); 0: the caller never reclaims (run_plans.py)
         # A failed run can leave ORT's CUDA arena holding what it grabbed for it (a request that asked for
         # more than the GPU has once left 140 GB reserved). The next run then shrinks the arena back.
         self.arena_needs_shrink = False
         self._run_options, self._shrink_options = arena_run_options(self.placement, arena_shrinkage)
-        self._cuda_graph = graphs_on(cuda_graph, self.placement, session, self._output_shapes)
-        if self._cuda_graph:
+        graphs = graphs_on(cuda_graph, self.placement, session, self._output_shapes)
+        if graphs:
             self._shrink_options = None  # a captured graph keeps its memory; nothing to shrink
-        self.inputs_read_on_host = self.placement.is_cuda and _reads_inputs_on_host(session)
+        self.plans = PlanCache(self._new_plan, self._output_shapes, self.shared_inputs, graphs)
+        self.inputs_read_on_host = self.placement.is_cuda and reads_inputs_on_host(session)
         # An empty tensor's data_ptr may be 0, which ORT rejects; bind this instead (never read: 0 elements).
         self._placeholder = self.arrays.empty((8,), from_onnx_type("tensor(uint8)", "placeholder"))
 
@@ -145,23 +115,14 @@ class IOBindingRunner:
         return OnnxSignature(self.inputs, self.outputs, self.overridable)
 
     @property
-    def graph_ids_given(self) -> int:
-        """CUDA graphs this runner has had ORT capture (or is capturing), at most MAX_CUDA_GRAPHS."""
-        return self._graph_ids_given
-
-    @property
     def cuda_graph(self) -> bool:
         """Whether this runner captures CUDA graphs (option cuda_graph, on a CUDA session)."""
-        return self._cuda_graph
+        return self.plans.cuda_graph
 
     def pad_graph_batches(self, max_rows: int) -> bool:
         """Let each CUDA graph serve a bucket of batch sizes up to `max_rows` (graph_buckets.py), for a
-        model whose rows never mix across axis 0: only its caller can know that. Whether it applies: it
-        needs graphs, and outputs that all follow the batch axis."""
-        if not (self._cuda_graph and self.outputs_follow_batch and max_rows > 1):
-            return False
-        self._graph_max_rows = max_rows
-        return True
+        model whose rows never mix across axis 0: only its caller can know that. Whether it applies."""
+        return self.plans.pad_graph_batches(max_rows, self.outputs_follow_batch)
 
     def check(self, tensors: Tensors) -> None:
         """Raise InputError naming the input, what was expected and what came."""
@@ -180,17 +141,12 @@ class IOBindingRunner:
             return self.inputs
         return self.inputs + tuple(spec for spec in self.overridable if spec.name in tensors)
 
-    @property
-    def plan_count(self) -> int:
-        """Plans cached now (CUDA graphs included)."""
-        return len(self._plans) + len(self._graph_plans)
-
     def reclaim_outputs(self) -> None:
         """Declare that the outputs lent out so far have been consumed, so the plans' buffers may be written
         again: a new lending round (run_plans.py). Triton's python backend copies a response's outputs
-        before it sends the instance its next execute(), so execute.Lane.queue calls this at the start of
+        before it sends the instance its next execute(), so lane.Lane.queue calls this at the start of
         each one. A caller that never calls it gets every answer in buffers of its own."""
-        self._lending_round += 1
+        self.plans.reclaim()
 
     def run(self, tensors: Tensors) -> dict[str, Any]:
         """Check and run one set of tensors (run_checked)."""
@@ -205,7 +161,7 @@ class IOBindingRunner:
             return self.run_checked(requests[0], queued=False)
         batched = [name for name in requests[0] if name not in self.shared_inputs]
         rows = sum([tensors[batched[0]].shape[0] for tensors in requests])
-        into = self.input_buffers(requests[0], rows)
+        into = self.plans.input_buffers(requests[0], rows)
         return self.run_checked(concatenate(self.arrays, requests, self.shared_inputs, into), queued=True)
 
     def run_checked(self, tensors: Tensors, queued: bool) -> dict[str, Any]:
@@ -225,7 +181,7 @@ class IOBindingRunner:
         specs = self.bound_specs(tensors)
         staged = [self.to_device(tensors[spec.name]) for spec in specs]
         # Plan: the signature's (or its bucket's) cached plan.
-        plan, rows = self._plan_for(tensors)
+        plan, rows = self.plans.plan_for(tensors)
         binding = plan.binding
         views = plan.rows_of(rows, self.shared_inputs) if rows is not None else None
         if plan.graph_inputs is not None:
@@ -253,13 +209,12 @@ class IOBindingRunner:
             self.session.run_with_iobinding(binding, self._shrink_options if shrink else plan.run_options)
         except Exception as error:
             self.arena_needs_shrink = self._shrink_options is not None
-            self._forget(plan)  # do not trust what a failed run left bound
-            if self._leave_to_ort(tensors, plan, error):
+            if self.plans.failed(tensors, plan, error):
                 return self.run_checked(tensors, queued)  # again, with those outputs ORT's
             raise
         self.stats.arena_shrinks += int(shrink)
         self.arena_needs_shrink = False
-        plan.lent_in = self._lending_round
+        self.plans.lend(plan)
         finished = time.perf_counter()
         self.stats.ort_run_seconds += finished - ran
         self.stats.ort_runs += 1
@@ -276,129 +231,21 @@ class IOBindingRunner:
             }
         if plan.host is None:
             return outputs
-        answer = {}
-        for name, tensor in outputs.items():
-            host = (views.host if views is not None else plan.host).get(name)
-            if host is None:  # data-dependent size: pinned memory of this run's own
-                import torch
-
-                host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-            host.copy_(tensor, non_blocking=True)
-            answer[name] = host
-        self.stats.device_to_host_copies += len(answer)
-        self.stats.host_output_runs += 1
+        answer = copy_to_host(outputs, views.host if views is not None else plan.host, self.stats)
         self.stats.device_to_host_seconds += time.perf_counter() - finished
         return answer
 
-    def input_buffers(self, tensors: Tensors, rows: int) -> dict[str, Any]:
-        """Where the next run of `rows` rows of inputs like these (their dtypes, and their shapes past the
-        batch axis) reads its batched inputs, for a caller that can write them there itself: the first rows
-        of the fixed buffers of the bucket graph that run will replay. Empty when that run has no such graph
-        yet, or its buffers hold an answer of this lending round (it would run as a spare). run_batch
-        concatenates its requests into them."""
-        if not (self._lending_round and self._graph_max_rows and rows > 0):
-            return {}
-        plan = self._graph_plans.get(
-            signature_at(tensors, graph_bucket(rows, self._graph_max_rows), self.shared_inputs)
-        )
-        if plan is None or plan.graph_inputs is None or not plan.padding_written:
-            return {}
-        if plan.lent_in == self._lending_round:
-            return {}
-        return dict(plan.rows_of(rows, self.shared_inputs).inputs)
-
-    def _plan_for(self, tensors: Tensors) -> tuple[RunPlan, int | None]:
-        """The signature's cached plan, made on its first run, and the rows to pad it from (None: no
-        padding); a spare plan when the cached one's buffers still hold an answer (lent in this round, or
-        to a caller that never reclaims). Where batches are padded (pad_graph_batches), a graph is cached by
-        its bucket's signature."""
-        if self._lending_round == 0:
-            return self._new_plan(tensors, graph=False), None
-        padding = batch_bucket(tensors, self.shared_inputs, self._graph_max_rows)
-        if padding is not None and self._ort_sized and signature_of(tensors) in self._ort_sized:
-            padding = None  # outputs of ORT's allocation: an ordinary plan (graphs need bound outputs)
-        if padding is not None:
-            rows, bucket = padding
-            signature = signature_at(tensors, bucket, self.shared_inputs)
-            plan = self._graph_plans.get(signature)
-            if plan is None and self._graph_ids_given < MAX_CUDA_GRAPHS:
-                import torch
-
-                shapes = {  # a new plan reads only shapes and dtypes
-                    name: torch.empty(size, dtype=dtype, device="meta") for name, dtype, size in signature
-                }
-                plan = self._graph_plans[signature] = self._new_plan(shapes, graph=True)
-            if plan is not None:
-                if plan.lent_in == self._lending_round:
-                    return self._new_plan(tensors, graph=False), None
-                return plan, rows
-            # past the graph ids: an ordinary plan at the run's own shapes, below
-        signature = signature_of(tensors)
-        plan = self._graph_plans.get(signature) or self._plans.get(signature)
-        if plan is None:
-            graph = (
-                padding is None
-                and self._cuda_graph
-                and self._graph_ids_given < MAX_CUDA_GRAPHS
-                and signature not in self._ort_sized
-            )
-            plan = self._new_plan(tensors, graph)
-            if graph:
-                self._graph_plans[signature] = plan
-            else:
-                self._plans[signature] = plan
-                if len(self._plans) > PLAN_CACHE_SIZE:
-                    self._plans.popitem(last=False)
-        elif signature in self._plans:
-            self._plans.move_to_end(signature)
-        if plan.lent_in == self._lending_round:
-            return self._new_plan(tensors, graph=False), None
-        return plan, None
-
-    def _leave_to_ort(self, tensors: Tensors, plan: RunPlan, error: Exception) -> bool:
-        """Whether a failed run is run again with ORT allocating outputs: ORT computed some output at
-        another size than the plan took from a shared axis name (the model names the axis alike, the run's
-        inputs differ). Remembered for the signature, so its next run does not fail first."""
-        symbolic = [
-            name
-            for name in plan.outputs
-            if any(not isinstance(dim, int) for dim in self._output_shapes[name] or ())
-        ]
-        mismatched = mismatched_outputs(error, symbolic)
-        if not mismatched:
-            return False
-        signature = signature_of(tensors)
-        before = self._ort_sized.get(signature, frozenset())
-        if mismatched <= before:
-            return False  # left to ORT already: some other failure
-        if not self._ort_sized:
-            LOGGER.info(
-                "output(s) %s came out at another size than their axis names give (%s); ORT allocates "
-                "them for runs of such shapes",
-                ", ".join(sorted(mismatched)),
-                error,
-            )
-        if len(self._ort_sized) < SIGNATURES_KEPT or signature in self._ort_sized:
-            self._ort_sized[signature] = before | mismatched
-            return True
-        return False
-
-    def _forget(self, plan: RunPlan) -> None:
-        for plans in (self._plans, self._graph_plans):
-            for signature, cached in list(plans.items()):
-                if cached is plan:
-                    del plans[signature]
-
-    def _new_plan(self, tensors: Tensors, graph: bool) -> RunPlan:
+    def _new_plan(self, tensors: Tensors, graph_id: int | None, ort_sized: frozenset[str]) -> RunPlan:
+        """The plan of tensors like these (PlanCache.plan_for decides when): output buffers bound once,
+        pinned host copies where the placement says so, and a CUDA graph's fixed input buffers."""
         binding = self.session.io_binding()
-        ort_sized = self._ort_sized.get(signature_of(tensors), ()) if self._ort_sized else ()
         shapes = {
             spec.name: None
             if spec.name in ort_sized
             else output_shape(self._output_shapes[spec.name], tensors)
             for spec in self.outputs
         }
-        to_host = self._outputs_to_host(shapes)
+        to_host = self.placement.is_cuda and self.output_placement.plan_to_host(self.outputs, shapes)
         outputs: dict[str, Any] = {}
         for spec in self.outputs:  # bound in the session's order: get_outputs() gives them in bind order
             shape = shapes[spec.name]
@@ -417,7 +264,7 @@ class IOBindingRunner:
             }
         graph_inputs = None
         options = self._run_options
-        if graph:
+        if graph_id is not None:
             # C-ordered whatever the request's strides (empty_like would keep them): bound by pointer
             import torch
 
@@ -430,22 +277,9 @@ class IOBindingRunner:
             }
             for spec, fixed in zip(specs, graph_inputs.values(), strict=True):
                 self._bind(binding.bind_input, spec, fixed)
-            self._graph_ids_given += 1
-            options = cuda_run_options(self.placement, graph_id=self._graph_ids_given)  # ORT reserves 0
+            options = cuda_run_options(self.placement, graph_id=graph_id)
         ort_allocated = tuple(spec for spec in self.outputs if spec.name not in outputs)
         return RunPlan(binding, outputs, ort_allocated, host, options, graph_inputs)
-
-    def _outputs_to_host(self, shapes: Mapping[str, tuple[int, ...] | None]) -> bool:
-        """The output placement's rule (output_placement.py) for a plan's outputs."""
-        if not self.placement.is_cuda:
-            return False
-        total = None
-        if self.output_placement.reads_sizes and all(shape is not None for shape in shapes.values()):
-            total = sum(
-                math.prod(shapes[spec.name] or ()) * spec.element_type.tensor_dtype.itemsize
-                for spec in self.outputs
-            )
-        return self.output_placement.to_host(total)
 
     def to_device(self, tensor: Any) -> Any:
         """The tensor on the device ORT computes on (arrays.py: one copy at most, counted)."""

@@ -311,6 +311,16 @@ def cuda_options_not_applied(
     }
 
 
+def reads_inputs_on_host(session: ort.InferenceSession) -> bool:
+    """Whether ORT reads some input of a CUDA session on the host (a CPU node's input, such as a shape):
+    it then copies that input at bind time. A session that cannot say is taken to do so."""
+    try:
+        infos = session.get_input_memory_infos()
+    except RuntimeError:
+        return True
+    return infos is None or any(info.name != "Cuda" for info in infos)
+
+
 def session_placement(session: ort.InferenceSession, requested: Placement) -> Placement:
     """Where the session really runs (CPU when a CUDA request fell back)."""
     if requested.is_cuda and CUDA_EP not in session.get_providers():
