@@ -98,24 +98,21 @@ class HookedRunner:
 
     def run_batch(self, requests: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         """One run of checked requests (several are concatenated first), with the hooks around it."""
-        staged_before = self.runner.stats.host_to_device_copies
         if len(requests) == 1:
             inputs = {name: self.runner.to_device(t) for name, t in requests[0].items()}
+            staged = any(inputs[name] is not t for name, t in requests[0].items())
         else:  # the session reads what preprocess returns, so no buffer of the runner's is written here
             inputs = concatenate(self.runner.arrays, requests, self.shared_inputs, {})
+            staged = True
         model_inputs = inputs
         if self.hooks.preprocess is not None:
             model_inputs = _call(self._preprocess_name, self.hooks.preprocess, dict(inputs))
             self._check_model_inputs(model_inputs)
         else:
             self.runner.check(model_inputs)
-        # The runner sees only what it stages itself: a concatenation, staging here, or preprocess's
-        # kernels also queued the model's inputs on the stream just now.
-        queued = (
-            len(requests) > 1
-            or self.hooks.preprocess is not None
-            or self.runner.stats.host_to_device_copies != staged_before
-        )
+        # The runner sees only what it stages itself: staging here (a staged input is a new tensor: a copy,
+        # or the concatenation), or preprocess's kernels also queued the model's inputs on the stream.
+        queued = staged or self.hooks.preprocess is not None
         outputs = self.runner.run_checked(model_inputs, queued)
         if self.hooks.postprocess is not None:
             outputs = _call(self._postprocess_name, self.hooks.postprocess, outputs, inputs)
