@@ -66,7 +66,7 @@ def test_graphs_pad_only_gathered_batches_of_a_graph_that_keeps_rows_apart(
         asked.append(max_rows)
         return True
 
-    monkeypatch.setattr(IOBindingRunner, "cuda_graph", property(lambda self: True))
+    monkeypatch.setattr("triton_ort.runtime.instance.graphs_on", lambda *args: True)  # as a CUDA session
     monkeypatch.setattr(IOBindingRunner, "pad_graph_batches", pad_graph_batches)
     demo_in = [{"name": "np_script_embeddings", "data_type": "TYPE_FP32", "dims": [2010]}]
     demo_out = [{"name": "np_logits", "data_type": "TYPE_FP32", "dims": [2]}]

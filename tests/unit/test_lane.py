@@ -29,8 +29,9 @@ def _runner() -> IOBindingRunner:
 
 
 def _lane(plan: ModelPlan) -> Lane:
-    runner = _runner()
-    return Lane(plan, runner, plan.batch_runner(runner), stream=None)
+    """A lane of its own over a session of its own, as the plan decided it (Lane.build)."""
+    session = ort.InferenceSession(str(demo_onnx()), providers=["CPUExecutionProvider"])
+    return Lane.build(plan, session, Placement("cpu"), stream=None)
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ class TensorSpec:
 
 class OnnxSignature(NamedTuple):
     """An ONNX model's tensors (read from the file offline, autocomplete.read_onnx_signature, or from a
-    loaded session, IOBindingRunner.signature); `check_config(config, *signature)` checks a config
+    loaded session, runtime.session.session_signature); `check_config(config, *signature)` checks a config
     against them."""
 
     inputs: tuple[TensorSpec, ...]

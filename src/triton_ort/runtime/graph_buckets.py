@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 
 import onnxruntime as ort
 
-from .run_plans import OutputDim, RowViews, RunPlan
+from ..model.signature import OnnxSignature
+from .run_plans import RowViews, RunPlan, plan_output_shape
 from .session import Placement, cuda_graphs_enabled
 from .tensor_checks import Signature
 
@@ -39,15 +40,13 @@ dropped after a failed run leaves its id captured in ORT on buffers that are gon
 
 
 def graphs_on(
-    requested: bool,
-    placement: Placement,
-    session: ort.InferenceSession,
-    output_shapes: Mapping[str, tuple[OutputDim, ...] | None],
+    requested: bool, placement: Placement, session: ort.InferenceSession, signature: OnnxSignature
 ) -> bool:
-    """Whether a runner captures CUDA graphs: asked for (option cuda_graph), on a CUDA session that has
-    them enabled, and every output's shape follows from the inputs' (said once in the log otherwise)."""
+    """Whether runs capture CUDA graphs: asked for (option cuda_graph), on a CUDA session that has them
+    enabled, and every output's shape follows from the inputs' (said once in the log otherwise)."""
     if not (requested and placement.is_cuda and cuda_graphs_enabled(session)):
         return False
+    output_shapes = {spec.name: plan_output_shape(spec, signature.inputs) for spec in signature.outputs}
     if any(shape is None for shape in output_shapes.values()):
         # A graph replays into fixed output buffers; a data-dependent size has none to fix.
         LOGGER.warning(

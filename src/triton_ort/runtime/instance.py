@@ -26,11 +26,11 @@ from ..model.served_config import ServedConfig
 from .arrays import NumpyArrays
 from .cuda_context import lower_stack_limit
 from .gather import Result
+from .graph_buckets import graphs_on
 from .lane import Lane, zeros_request
-from .output_placement import OutputPlacement
 from .plan import ModelPlan
 from .runner import IOBindingRunner
-from .session import Placement, create_session
+from .session import Placement, create_session, session_placement, session_signature
 from .stats import ExecuteStats
 
 if TYPE_CHECKING:
@@ -106,25 +106,16 @@ class ModelInstance:
         hooks = load_hooks(version_dir, self.options)
         onnx_path = version_dir / self.options.onnx_file
         session = create_session(onnx_path, self.options, placement)
-        self.runner = IOBindingRunner(
-            session,
-            placement,
-            pinned_staging=self.options.pinned_staging,
-            # With hooks the session's outputs stay on the device for postprocess (ModelPlan).
-            output_placement=_runner_output_placement(self.options, hooks is not None),
-            cuda_graph=self.options.cuda_graph,
-            arena_shrinkage=self.options.arena_shrinkage,
-            on_numpy=on_numpy,
-        )
-        self.plan = ModelPlan.build(
-            config, self.options, hooks, onnx_path, self.runner.signature, graphs=self.runner.cuda_graph
-        )
-        if self.plan.graph_rows:
-            self.runner.pad_graph_batches(self.plan.graph_rows)
-        if not self.runner.placement.is_cuda:
-            stream = None  # the CUDA EP did not load and allow_cpu_fallback let it run on CPU
-        self.batch_runner = self.plan.batch_runner(self.runner)
-        self.lane = Lane(self.plan, self.runner, self.batch_runner, stream)
+        # The CUDA EP may not have loaded (allow_cpu_fallback lets the session run on CPU).
+        placement = session_placement(session, placement)
+        # The plan first, from the config, the options and the session's signature; then the lane, as the
+        # plan decided it.
+        signature = session_signature(session)
+        graphs = graphs_on(self.options.cuda_graph, placement, session, signature)
+        self.plan = ModelPlan.build(config, self.options, hooks, onnx_path, signature, graphs=graphs)
+        self.lane = Lane.build(self.plan, session, placement, stream, on_numpy)
+        self.runner = self.lane.runner
+        self.batch_runner = self.lane.batch_runner
         self.last_execute: ExecuteStats | None = None  # kept only while DEBUG logging is on
         self.metrics: InstanceMetrics | None = None  # warm-up runs are not the clients' executes
         self._warm_up(self.options.warmup)
@@ -246,14 +237,6 @@ def _take_device(
     if options.cuda_stack_bytes:
         lower_stack_limit(options.cuda_stack_bytes)  # before ORT and warm-up allocate
     return stream, Placement("cuda", device_id, stream.cuda_stream), options
-
-
-def _runner_output_placement(options: ModelOptions, hooks: bool) -> OutputPlacement:
-    """Where the runner puts the session's outputs: with hooks they stay on the device for postprocess,
-    and the configured placement applies to what the hooks hand back (ModelPlan.output_placement)."""
-    if hooks:
-        return OutputPlacement("device")
-    return OutputPlacement(options.output_placement, options.host_output_max_bytes)
 
 
 def _started_metrics(

@@ -1,15 +1,15 @@
 """One execute on one lane: the requests of a Triton execute() gathered, run, and waited for once.
 
 A `Lane` is a runner, what gathering calls around it (the runner, or the runner with its hooks), and the
-CUDA stream both compute on; with the model plan it is all an execute needs. ModelInstance has one lane and
-runs Triton's execute() on it synchronously: `queue` (make the runner's buffers free again, gather and run
-every request on the lane's stream) then `wait` (the one stream sync). A scheduler that answers requests
-later from worker threads would give each thread a lane of its own (a runner and a stream of its own, and
-the one plan) and call the same two steps: nothing here is module-level state, and a runner's lending
-rounds, plans, checks and counters are its own. What such a scheduler must still arrange is ORT's: its CUDA
-EP takes its stream at session creation (session.py, user_compute_stream), so a stream per lane needs a
-session per stream (or ORT's choice of stream per run), and CUDA graph ids belong to the session, so
-runners sharing one must not give out the same ids.
+CUDA stream both compute on; with the model plan it is all an execute needs, and `Lane.build` makes it from
+the plan, a session and a stream. ModelInstance has one lane and runs Triton's execute() on it
+synchronously: `queue` (make the runner's buffers free again, gather and run every request on the lane's
+stream) then `wait` (the one stream sync). A scheduler that answers requests later from worker threads would
+give each thread a lane of its own (Lane.build with the one plan) and call the same two steps: nothing here
+is module-level state, and a runner's lending rounds, plans, checks and counters are its own. What such a
+scheduler must still arrange is ORT's: its CUDA EP takes its stream at session creation (session.py,
+user_compute_stream), so a stream per lane needs a session per stream (or ORT's choice of stream per run),
+and CUDA graph ids belong to the session, so runners sharing one must not give out the same ids.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ from .arrays import Arrays
 from .gather import BatchRunner, Result, run_requests
 from .plan import ModelPlan
 from .runner import IOBindingRunner
+from .session import Placement
 
 if TYPE_CHECKING:
+    import onnxruntime as ort
     import torch
 
 LOGGER = logging.getLogger(__name__)
@@ -53,6 +55,31 @@ class Lane:
     runner: IOBindingRunner
     batch_runner: BatchRunner
     stream: torch.cuda.Stream | None
+
+    @classmethod
+    def build(
+        cls,
+        plan: ModelPlan,
+        session: ort.InferenceSession,
+        placement: Placement,
+        stream: torch.cuda.Stream | None,
+        on_numpy: bool = False,
+    ) -> Lane:
+        """A lane of `plan` over `session`: a runner of its own, set as the plan decided, and the hooks
+        around it where the model has them. `stream`: the one the session was created with (None on CPU);
+        `on_numpy`: the runner binds numpy arrays (a CPU instance without hooks: arrays.py)."""
+        options = plan.options
+        runner = IOBindingRunner(
+            session,
+            placement,
+            pinned_staging=options.pinned_staging,
+            output_placement=plan.runner_output_placement,
+            cuda_graph=plan.cuda_graph,
+            arena_shrinkage=options.arena_shrinkage,
+            on_numpy=on_numpy,
+            graph_rows=plan.graph_rows,
+        )
+        return cls(plan, runner, plan.batch_runner(runner), stream if runner.placement.is_cuda else None)
 
     def queue(self, requests: Sequence[Mapping[str, Any]]) -> list[Result]:
         """Results in request order, queued on the lane's stream: complete once `wait` returns. The

@@ -64,12 +64,20 @@ class ModelPlan:
     output_names: tuple[str, ...]
     """The outputs an answer holds, in config.pbtxt's order."""
     gathers: bool
+    cuda_graph: bool
+    """Whether runs capture CUDA graphs (graph_buckets.graphs_on, asked before the plan is built)."""
     graph_rows: int
     """The batch size up to which CUDA graphs serve padded buckets; 0: no padding."""
 
     @property
     def max_batch_size(self) -> int:
         return self.config.max_batch_size
+
+    @property
+    def runner_output_placement(self) -> OutputPlacement:
+        """Where the runner puts the session's outputs: with hooks they stay on the device for postprocess,
+        and output_placement applies to what the hooks hand back (HookedRunner)."""
+        return OutputPlacement("device") if self.hooks is not None else self.output_placement
 
     @property
     def request_specs(self) -> tuple[TensorSpec, ...]:
@@ -127,6 +135,7 @@ class ModelPlan:
             one_value=one_value,
             output_names=tuple(entry.name for entry in config.outputs),
             gathers=gathers,
+            cuda_graph=graphs,
             graph_rows=graph_rows,
         )
 

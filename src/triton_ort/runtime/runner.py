@@ -34,7 +34,7 @@ from typing import Any
 import onnxruntime as ort
 
 from ..model.dtypes import from_onnx_type
-from ..model.signature import OnnxSignature, TensorSpec, one_value_per_request, read_specs
+from ..model.signature import OnnxSignature, TensorSpec, one_value_per_request
 from .arrays import Arrays, NumpyArrays, TorchArrays, concatenate
 from .graph_buckets import (
     copy_into_graph,
@@ -51,7 +51,7 @@ from .run_plans import (
     outputs_follow_batch,
     plan_output_shape,
 )
-from .session import Placement, reads_inputs_on_host, session_placement
+from .session import Placement, reads_inputs_on_host, session_placement, session_signature
 from .stats import RunnerStats
 from .string_runner import run_with_strings
 from .tensor_checks import Signature, check_against_specs, check_shared_axes, signature_of
@@ -75,7 +75,11 @@ class IOBindingRunner:
         cuda_graph: bool = False,
         arena_shrinkage: str = "",
         on_numpy: bool = False,
+        graph_rows: int = 0,
     ) -> None:
+        """`cuda_graph`: capture CUDA graphs where the session can (graph_buckets.graphs_on); `graph_rows`:
+        let each graph serve a bucket of batch sizes up to it (the model plan's decision: pad_graph_batches).
+        """
         self.session = session
         self.placement = session_placement(session, placement)
         self.output_placement = output_placement or OutputPlacement()
@@ -86,13 +90,14 @@ class IOBindingRunner:
             NumpyArrays(self.stats) if on_numpy else TorchArrays(self.placement, self.stats, pinned_staging)
         )
         self.device = self.arrays.device
-        self.inputs = read_specs(session.get_inputs(), "input")
+        signature = session_signature(session)
+        self.inputs = signature.inputs
         """The inputs every run needs."""
-        self.overridable = read_specs(session.get_overridable_initializers(), "input")
+        self.overridable = signature.overridable
         """The inputs a run may give (initializers that are also graph inputs: the file holds a default)."""
         self.shared_inputs = frozenset(s.name for s in self.overridable if one_value_per_request(s))
         """Overridable inputs without a batch axis: one value for all the rows of a run (gather.py)."""
-        self.outputs = read_specs(session.get_outputs(), "output")
+        self.outputs = signature.outputs
         self._output_shapes = {spec.name: plan_output_shape(spec, self.inputs) for spec in self.outputs}
         self.has_strings = any(spec.element_type.is_string for spec in (*self.inputs, *self.outputs))
         self.outputs_follow_batch = outputs_follow_batch(self.inputs, self.outputs)
@@ -101,13 +106,15 @@ class IOBindingRunner:
         # more than the GPU has once left 140 GB reserved). The next run then shrinks the arena back.
         self.arena_needs_shrink = False
         self._run_options, self._shrink_options = arena_run_options(self.placement, arena_shrinkage)
-        graphs = graphs_on(cuda_graph, self.placement, session, self._output_shapes)
+        graphs = graphs_on(cuda_graph, self.placement, session, signature)
         if graphs:
             self._shrink_options = None  # a captured graph keeps its memory; nothing to shrink
         self.plans = PlanCache(self._new_plan, self._output_shapes, self.shared_inputs, graphs)
         self.inputs_read_on_host = self.placement.is_cuda and reads_inputs_on_host(session)
         # An empty tensor's data_ptr may be 0, which ORT rejects; bind this instead (never read: 0 elements).
         self._placeholder = self.arrays.empty((8,), from_onnx_type("tensor(uint8)", "placeholder"))
+        if graph_rows:
+            self.pad_graph_batches(graph_rows)
 
     @property
     def signature(self) -> OnnxSignature:

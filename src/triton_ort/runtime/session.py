@@ -19,6 +19,7 @@ from onnxruntime.capi.onnxruntime_pybind11_state import InvalidProtobuf
 from ..errors import ConfigError, ProviderError, unreadable_onnx_file
 from ..model.custom_ops import check_op_libraries, unregistered_operator_error
 from ..model.options import ModelOptions
+from ..model.signature import OnnxSignature, read_specs
 from .providers import (
     CPU_EP,
     CUDA_EP,
@@ -309,6 +310,15 @@ def cuda_options_not_applied(
         for key in _PLACING_CUDA_OPTIONS
         if key in expected and key in effective and effective[key] != expected[key]
     }
+
+
+def session_signature(session: ort.InferenceSession) -> OnnxSignature:
+    """The session's tensors as ORT reads them: what the model plan and the runner are built from."""
+    return OnnxSignature(
+        read_specs(session.get_inputs(), "input"),
+        read_specs(session.get_outputs(), "output"),
+        read_specs(session.get_overridable_initializers(), "input"),
+    )
 
 
 def reads_inputs_on_host(session: ort.InferenceSession) -> bool:
