@@ -167,3 +167,48 @@ def test_a_cpu_instance_on_numpy_loads_and_answers_without_importing_torch(tmp_p
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]", f"torch was imported: {done.stdout}"
+
+
+def test_without_torch_a_cpu_instance_serves_and_what_needs_torch_says_so(tmp_path: Path) -> None:
+    """In a Python whose torch cannot be imported (an environment packed without it): the CPU instance
+    without hooks loads and answers, the adapter sees no GPU, and a GPU instance or hooks say what is
+    missing instead of a bare ImportError (the hooks module itself, which imports torch, would fail to load
+    naming itself)."""
+    version = tmp_path / "1"
+    version.mkdir()
+    (version / "model.onnx").symlink_to(demo_onnx())
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from tests.support.hooks_support import EXAMPLE, example_config
+        hooked = example_config()  # completed from the hooks' declarations, before torch goes
+        for name in [m for m in sys.modules if m == "torch" or m.startswith("torch.")]:
+            del sys.modules[name]
+        sys.modules["torch"] = None  # import torch raises, find_spec finds none
+        from pathlib import Path
+        import numpy as np
+        from tests.support.paths import demo_instance_config
+        from triton_ort.errors import TritonOrtError
+        from triton_ort.runtime.instance import ModelInstance
+
+        version = Path({str(version)!r})
+        cpu = ModelInstance(demo_instance_config(8), version, "CPU", 0, numpy_on_cpu=True)
+        answer = cpu.infer([{{"np_script_embeddings": np.ones((2, 2010), np.float32)}}])[0]
+        print("cpu", answer["np_logits"].shape)
+        for kind, config, folder in (("GPU", demo_instance_config(8), version),
+                                     ("CPU", hooked, EXAMPLE / "1")):
+            try:
+                ModelInstance(config, folder, kind, 0, numpy_on_cpu=True)
+            except TritonOrtError as error:
+                print(kind, type(error).__name__, error)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "cpu (2, 2)", done.stdout
+    assert lines[1].startswith("GPU ProviderError a GPU instance (device 0) runs on torch"), lines[1]
+    assert "requirements-cuda.txt" in lines[1]
+    assert lines[2].startswith("CPU ProviderError a CPU instance with hooks or BF16 tensors runs on torch")

@@ -137,8 +137,11 @@ def _numpy_viewable(dtype: Any) -> bool:
 
 
 def _gpu_visible() -> bool:
-    import torch
-
+    """Whether torch sees a GPU; a Python without torch serves CPU instances only."""
+    try:
+        import torch
+    except ImportError:
+        return False
     return torch.cuda.is_available()
 
 

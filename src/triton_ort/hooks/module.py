@@ -19,9 +19,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
-
-import torch
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import ConfigError, TritonOrtError
 from ..model.dtypes import from_triton_type
@@ -29,7 +27,12 @@ from ..model.served_config import ConfigTensor, ServedConfig
 from ..model.signature import Dim, TensorSpec
 from .declared import HookTensors, read_declarations
 
-Tensors = dict[str, torch.Tensor]
+if TYPE_CHECKING:
+    import torch
+
+# torch is the hooks' own import (a hooks module that imports it without torch installed fails to load,
+# naming the module): this module reads and checks hooks without importing it.
+Tensors = dict[str, "torch.Tensor"]
 """Tensors by name: what hooks take and return."""
 
 

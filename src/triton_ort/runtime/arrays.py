@@ -10,11 +10,13 @@ concatenations, and nothing else.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from ..errors import ProviderError
 from ..model.dtypes import ElementType
 from .session import Placement
 from .stats import RunnerStats
@@ -89,10 +91,24 @@ def _numpy_dtype(element_type: ElementType) -> np.dtype[Any]:
     return element_type.numpy_dtype
 
 
+ON_TORCH_ON_CPU = "a CPU instance with hooks or BF16 tensors"
+
+
+def require_torch(what: str) -> None:
+    """ProviderError naming how to install torch, where `what` runs on it and this Python lacks it."""
+    if importlib.util.find_spec("torch") is None:
+        raise ProviderError(
+            f"{what} runs on torch, which this Python lacks: install the pinned build of "
+            "requirements-cuda.txt (GPU hosts) or requirements-cpu.txt; a CPU instance without hooks "
+            "needs none"
+        )
+
+
 class TorchArrays:
     """torch tensors on the session's device (a GPU instance, or an instance with hooks)."""
 
     def __init__(self, placement: Placement, stats: RunnerStats, pinned_staging: bool = True) -> None:
+        require_torch("a GPU instance" if placement.is_cuda else ON_TORCH_ON_CPU)
         import torch
 
         self._torch = torch

@@ -23,7 +23,7 @@ from ..metrics import InstanceMetrics, request_rows
 from ..model.load_checks import bf16_tensors, check_python_backend_types, checked_options, load_hooks
 from ..model.options import ModelOptions
 from ..model.served_config import ServedConfig
-from .arrays import NumpyArrays
+from .arrays import ON_TORCH_ON_CPU, NumpyArrays, require_torch
 from .cuda_context import lower_stack_limit
 from .gather import Result
 from .graph_buckets import graphs_on
@@ -49,6 +49,7 @@ def _new_stream(device_id: int) -> torch.cuda.Stream:
     sets that device. Measured on a 2-GPU host: 518-770 MiB on GPU 0 per stub serving GPU 1
     (docs/kubernetes.md, "Several GPUs per pod").
     """
+    require_torch(f"a GPU instance (device {device_id})")
     import torch
 
     if not torch.cuda.is_available():
@@ -226,6 +227,7 @@ def _take_device(
     the options."""
     if not gpu:
         if on_torch:
+            require_torch(ON_TORCH_ON_CPU)
             import torch
 
             # On CPU, torch only moves and concatenates tensors and ORT's thread pool computes; torch's own
