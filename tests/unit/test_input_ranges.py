@@ -167,7 +167,7 @@ def test_infer_follows_the_served_ranges_and_says_which_with_verbose(
 def test_perf_follows_the_served_ranges() -> None:
     ranges = value_ranges([("ids", "INT64"), ("kind", "INT32"), ("mask", "INT64")], CONFIG, {})
     signature = ModelSignature.from_config(CONFIG)
-    inputs, batch = perf.build_inputs(signature, METADATA, 8, ["ids:64", "mask=64"], ranges=ranges)
+    [inputs], batch = perf.build_requests(signature, METADATA, 8, ["ids:64", "mask=64"], ranges=ranges)
     assert batch == 8 and inputs["ids"].max() <= 49 and inputs["kind"].max() <= 2
     assert inputs["mask"].shape == (8, 64)
 

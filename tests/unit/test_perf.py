@@ -190,22 +190,22 @@ SIGNATURE = ModelSignature.from_config(CONFIG)
 
 
 def test_inputs_from_the_metadata_with_open_axes_sized_strings_and_optional_ones_left_out() -> None:
-    inputs, batch = perf.build_inputs(SIGNATURE, META, 4, ["ids:128"], string_data="hello")
+    [inputs], batch = perf.build_requests(SIGNATURE, META, 4, ["ids:128"], string_data="hello")
     assert batch == 4 and sorted(inputs) == ["ids", "mask", "text"]
     assert inputs["ids"].shape == (4, 128) and inputs["ids"].dtype == np.int64
     assert inputs["mask"].shape == (4, 16)
     assert inputs["text"].shape == (4, 1) and inputs["text"][0, 0] == b"hello"
-    with_scale, _ = perf.build_inputs(SIGNATURE, META, None, ["ids:3", "scale:1"])
+    [with_scale], _ = perf.build_requests(SIGNATURE, META, None, ["ids:3", "scale:1"])
     assert with_scale["scale"].shape == (1, 1) and with_scale["text"].dtype == object
 
 
 def test_inputs_from_an_npz_set_the_batch(tmp_path: Path) -> None:
     np.savez(tmp_path / "real.npz", ids=np.ones((2, 5), np.int64), text=np.array([["a"], ["b"]]))
-    inputs, batch = perf.build_inputs(SIGNATURE, META, None, npz=tmp_path / "real.npz")
+    [inputs], batch = perf.build_requests(SIGNATURE, META, None, npz=tmp_path / "real.npz")
     assert batch == 2 and inputs["ids"].shape == (2, 5) and inputs["mask"].shape == (2, 16)
     assert inputs["text"][1, 0] == b"b"  # unicode from np.savez, sent as UTF-8 bytes
     with pytest.raises(RequestError, match=r"-b 3 with --inputs .*batch .* is 2; leave -b out"):
-        perf.build_inputs(SIGNATURE, META, 3, npz=tmp_path / "real.npz")
+        perf.build_requests(SIGNATURE, META, 3, npz=tmp_path / "real.npz")
 
 
 @pytest.mark.parametrize(
@@ -223,7 +223,7 @@ def test_inputs_from_an_npz_set_the_batch(tmp_path: Path) -> None:
 )
 def test_inputs_that_cannot_be_built_are_one_clear_error(batch: int, shapes: list[str], words: str) -> None:
     with pytest.raises(RequestError, match=words):
-        perf.build_inputs(SIGNATURE, META, batch, shapes)
+        perf.build_requests(SIGNATURE, META, batch, shapes)
 
 
 def test_concurrency_range_is_perf_analyzers() -> None:
@@ -346,13 +346,13 @@ def test_a_model_without_a_batch_axis_takes_its_whole_shape() -> None:
         "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 2010]}],
     }
     signature = ModelSignature.from_config(config)
-    inputs, batch = perf.build_inputs(signature, metadata, None, ["x:3,2010"])
+    [inputs], batch = perf.build_requests(signature, metadata, None, ["x:3,2010"])
     assert batch == 1 and inputs["x"].shape == (3, 2010)
     assert perf.expected_outputs(metadata, batch, batched=False) == [OutputSpec("y", "FP32", (-1, 2))]
     with pytest.raises(RequestError, match="input 'x' has open axes"):
-        perf.build_inputs(signature, metadata, None)
+        perf.build_requests(signature, metadata, None)
     with pytest.raises(RequestError, match="takes no batch axis"):
-        perf.build_inputs(signature, metadata, 4, ["x:3,2010"])
+        perf.build_requests(signature, metadata, 4, ["x:3,2010"])
 
 
 def test_gpu_figures_come_from_tritons_metrics_text() -> None:

@@ -189,24 +189,6 @@ def _read_npz(path: Path) -> dict[str, NDArray[Any]]:
     }
 
 
-def build_inputs(
-    signature: ModelSignature,
-    metadata: Mapping[str, Any],
-    batch: int | None,
-    shapes: Sequence[str] = (),
-    npz: Path | None = None,
-    string_data: str | None = None,
-    seed: int = 0,
-    input_data: str = "random",
-    ranges: Mapping[str, ValueRange] | None = None,
-) -> tuple[dict[str, NDArray[Any]], int]:
-    """The first request of build_requests, and its batch."""
-    requests, batch = build_requests(
-        signature, metadata, batch, shapes, npz, string_data, seed, input_data, ranges
-    )
-    return requests[0], batch
-
-
 def build_requests(
     signature: ModelSignature,
     metadata: Mapping[str, Any],
