@@ -343,7 +343,7 @@ def test_cuda_graphs_step_aside_where_a_model_cannot_be_captured(
     assert "CUDA graphs are off for between.onnx: ONNX Runtime cannot capture this model" in caplog.text
     assert "CUDA graphs are off: outputs ['indices'] have data-dependent sizes" in caplog.text
     runner = IOBindingRunner(session, where, cuda_graph=True)
-    assert not runner.cuda_graph and not nonzero.cuda_graph
+    assert not runner.plans.cuda_graph and not nonzero.plans.cuda_graph
     x = torch.tensor([[-1.0, 2.0], [3.0, -4.0]], device="cuda")
     for _ in range(3):
         runner.reclaim_outputs()

@@ -34,7 +34,7 @@ from typing import Any
 import onnxruntime as ort
 
 from ..model.dtypes import from_onnx_type
-from ..model.signature import OnnxSignature, TensorSpec, one_value_per_request
+from ..model.signature import TensorSpec, one_value_per_request
 from .arrays import Arrays, NumpyArrays, TorchArrays, concatenate
 from .graph_buckets import (
     copy_into_graph,
@@ -77,9 +77,7 @@ class IOBindingRunner:
         on_numpy: bool = False,
         graph_rows: int = 0,
     ) -> None:
-        """`cuda_graph`: capture CUDA graphs where the session can (graph_buckets.graphs_on); `graph_rows`:
-        let each graph serve a bucket of batch sizes up to it (the model plan's decision: pad_graph_batches).
-        """
+        """`cuda_graph`: where the session can (graph_buckets.graphs_on); `graph_rows`: pad_graph_batches."""
         self.session = session
         self.placement = session_placement(session, placement)
         self.output_placement = output_placement or OutputPlacement()
@@ -90,7 +88,8 @@ class IOBindingRunner:
             NumpyArrays(self.stats) if on_numpy else TorchArrays(self.placement, self.stats, pinned_staging)
         )
         self.device = self.arrays.device
-        signature = session_signature(session)
+        self.signature = signature = session_signature(session)
+        """The session's tensors: what the model plan is built from (plan.py)."""
         self.inputs = signature.inputs
         """The inputs every run needs."""
         self.overridable = signature.overridable
@@ -115,16 +114,6 @@ class IOBindingRunner:
         self._placeholder = self.arrays.empty((8,), from_onnx_type("tensor(uint8)", "placeholder"))
         if graph_rows:
             self.pad_graph_batches(graph_rows)
-
-    @property
-    def signature(self) -> OnnxSignature:
-        """The session's tensors: what the model plan is built from (plan.py)."""
-        return OnnxSignature(self.inputs, self.outputs, self.overridable)
-
-    @property
-    def cuda_graph(self) -> bool:
-        """Whether this runner captures CUDA graphs (option cuda_graph, on a CUDA session)."""
-        return self.plans.cuda_graph
 
     def pad_graph_batches(self, max_rows: int) -> bool:
         """Let each CUDA graph serve a bucket of batch sizes up to `max_rows` (graph_buckets.py), for a
