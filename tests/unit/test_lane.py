@@ -1,4 +1,4 @@
-"""A lane without Triton (execute.Lane: a runner, what gathering calls around it, and its stream), and
+"""A lane without Triton (lane.Lane: a runner, what gathering calls around it, and its stream), and
 gathering's rules (gather.run_requests) with a fake runner that records every run, so that what is
 grouped, split and isolated shows without ORT in the way."""
 

@@ -289,7 +289,7 @@ def complete_from_hooks(model_config: Mapping[str, Any], hooks_path: Path) -> Co
     outputs (when it lists some) the ones served, declared optional inputs `optional: true`.
 
     Without declarations the config is served as written; one that lists no inputs and no outputs is
-    refused (ConfigError: the one line of hook_tensors.undeclared_message, which the load gives too)."""
+    refused (ConfigError: the one line of hooks.declared.undeclared_message, which the load gives too)."""
     from ..hooks.declared import undeclared_message
     from ..hooks.module import Hooks
 
