@@ -25,7 +25,7 @@ MAY_IMPORT = {
     "metrics": {"runtime"},
     "backend": {"runtime", "model", "metrics", "package"},
     "harness": {"model", "backend"},
-    "cli": {"model", "harness", "backend"},
+    "cli": {"model", "hooks", "harness", "backend"},
     "stack": {"model", "runtime"},
     "package": {"runtime", "model", "hooks"},
 }

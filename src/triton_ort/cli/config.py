@@ -32,6 +32,7 @@ from triton_ort.backend import BACKEND_NAME
 from triton_ort.errors import TritonOrtError
 from triton_ort.harness.checks import PYTHON_BACKENDS, check_model, runs_triton_ort, versions_to_load
 from triton_ort.harness.repository import read_config
+from triton_ort.hooks.module import load_hooks
 from triton_ort.model.autocomplete import complete_config, read_onnx_signature, zero_copy_warning
 from triton_ort.model.input_ranges import PARAMETER as INPUT_RANGES
 from triton_ort.model.load_checks import (
@@ -42,7 +43,6 @@ from triton_ort.model.load_checks import (
     check_python_backend_types,
     check_tensors,
     checked_options,
-    load_hooks,
 )
 from triton_ort.model.served_config import ServedConfig
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..errors import ConfigError, TritonOrtError
 from ..model.dtypes import from_triton_type
+from ..model.options import ModelOptions
 from ..model.served_config import ConfigTensor, ServedConfig
 from ..model.signature import Dim, TensorSpec
 from .declared import HookTensors, read_declarations
@@ -150,3 +151,11 @@ class Hooks:
             raise ConfigError(f"hook {self.name(function)} must be callable as {usage}") from None
         except ValueError:  # a builtin without a signature: let the first call tell
             pass
+
+
+def load_hooks(version_dir: Path, options: ModelOptions) -> Hooks | None:
+    """The model's hooks module (parameter `hooks`, relative to the version directory), imported and
+    checked; None without one. The load and `triton-ort config` call it alike."""
+    if not options.hooks:
+        return None
+    return Hooks.load(version_dir / options.hooks)

@@ -6,8 +6,8 @@ graph, read without a session: triton_ort.model.autocomplete.read_onnx_signature
 refuses a folder with the reason the server's load gives. What needs the serving host (a GPU, its execution
 providers, ONNX Runtime reading the whole model) is checked at load only.
 
-Importing this module imports no ONNX Runtime (the offline command needs none); the hooks module is
-imported only for a model that has one.
+Importing this module imports no ONNX Runtime (the offline command needs none). A model's hooks module is
+loaded by hooks.module.load_hooks; the checks here take what it loaded.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from ..hooks.declared import undeclared_message
+from .dtypes import from_triton_type
 from .options import ModelOptions, parse_options
 from .served_config import ServedConfig
 from .signature import TensorSpec, check_config, one_value_per_request, shape_text
@@ -98,15 +99,6 @@ def check_operators(version_dir: Path, options: ModelOptions) -> None:
     )
 
 
-def load_hooks(version_dir: Path, options: ModelOptions) -> Hooks | None:
-    """The model's hooks module (parameter `hooks`), imported and checked; None without one."""
-    if not options.hooks:
-        return None
-    from ..hooks.module import Hooks
-
-    return Hooks.load(version_dir / options.hooks)
-
-
 def check_tensors(
     config: ServedConfig,
     inputs: Sequence[TensorSpec],
@@ -132,13 +124,13 @@ def check_tensors(
 def _refuse_strings_around_hooks(
     config: ServedConfig, hooks: Hooks, model_tensors: Sequence[TensorSpec]
 ) -> None:
-    """Hooks take and return torch tensors: a model with string tensors (the model's or the client's)
-    cannot have them."""
-    from ..hooks.module import ClientSpecs
-
-    client = ClientSpecs.from_config(config)
-    specs = (*model_tensors, *client.inputs, *client.optional, *client.outputs)
-    if any(spec.element_type.is_string for spec in specs):
+    """Hooks take and return torch tensors: a model with string tensors (the model's or the client's, which
+    are config.pbtxt's) cannot have them."""
+    client = [
+        from_triton_type(entry.data_type, f"config tensor {entry.name!r}")
+        for entry in (*config.inputs, *config.outputs)
+    ]
+    if any(spec.element_type.is_string for spec in model_tensors) or any(t.is_string for t in client):
         raise ConfigError(
             f"hooks ({hooks.path}) take and return torch tensors, and this model has string tensors; "
             "serve it without the hooks parameter"

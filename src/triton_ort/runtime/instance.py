@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ProviderError
+from ..hooks.module import load_hooks
 from ..metrics import InstanceMetrics, request_rows
-from ..model.load_checks import bf16_tensors, check_python_backend_types, checked_options, load_hooks
+from ..model.load_checks import bf16_tensors, check_python_backend_types, checked_options
 from ..model.options import ModelOptions
 from ..model.served_config import ServedConfig
 from .arrays import ON_TORCH_ON_CPU, NumpyArrays, require_torch
