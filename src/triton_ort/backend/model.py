@@ -33,6 +33,7 @@ from triton_ort import InferenceError, ModelInstance, TritonOrtError, triton_cod
 from triton_ort.metrics import triton_instance_metrics
 from triton_ort.model.autocomplete import apply_completed, complete_config, zero_copy_warning
 from triton_ort.model.dtypes import from_torch_dtype
+from triton_ort.runtime.arrays import require_torch
 from triton_ort.runtime.copy_counter import copy_counting_enabled, count_host_device_copies
 
 LOGGER = logging.getLogger("triton_ort.backend")
@@ -150,6 +151,7 @@ def _carries_bf16() -> bool:
     outputs go through: a BF16 tensor handed over by DLPack. Before 24.08 the stub's DLPack conversion has no
     BF16 (python_backend r23.12 src/pb_stub_utils.cc dlpack_to_triton_type gives TYPE_INVALID, and
     PbTensor's constructor throws); the same release added BF16 to both directions (2b12abe)."""
+    require_torch("a model with BF16 tensors")  # they go through DLPack, on torch
     import torch.utils.dlpack
 
     probe = torch.zeros(1, dtype=torch.bfloat16)

@@ -8,6 +8,7 @@ milliseconds per execute, so it is off unless asked for.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import logging
 import os
@@ -27,7 +28,7 @@ DEVICE_DEVICE_KINDS = ("DtoD", "PtoP")
 
 def copy_counting_enabled() -> bool:
     """TRITON_ORT_COUNT_COPIES=1 on a host with a GPU (only then is torch imported here)."""
-    if os.environ.get("TRITON_ORT_COUNT_COPIES", "") != "1":
+    if os.environ.get("TRITON_ORT_COUNT_COPIES", "") != "1" or importlib.util.find_spec("torch") is None:
         return False
     import torch
 
