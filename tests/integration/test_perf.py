@@ -214,7 +214,10 @@ def test_system_shared_memory_carries_inputs_and_outputs(
     server: LocalTritonServer, tmp_path: Path, protocol: str
 ) -> None:
     """--shared-memory system: regions in /dev/shm registered with the local server, each answer checked by
-    datatype and shape, and every region unregistered and removed at the end."""
+    datatype and shape, and every region unregistered and removed at the end. Only this model's regions
+    (named after its tensors) are looked for: other tests' servers and clients may run beside this one."""
+    metadata = httpclient.InferenceServerClient(server.http_url).get_model_metadata("optional")
+    tensors = [t["name"] for t in (*metadata["inputs"], *metadata["outputs"])]
     before = set(Path("/dev/shm").iterdir())
     out = tmp_path / "perf.json"
     done = perf(
@@ -226,9 +229,8 @@ def test_system_shared_memory_carries_inputs_and_outputs(
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
     assert report["transport"] == "system-shm" and all(p["requests"] > 0 for p in report["points"])
-    assert {
-        p.name for p in set(Path("/dev/shm").iterdir()) - before if p.name.startswith("triton_ort")
-    } == set()
+    left = {p.name for p in set(Path("/dev/shm").iterdir()) - before if p.name.startswith("triton_ort_")}
+    assert {name for name in left if name.endswith(tuple(f"_{tensor}" for tensor in tensors))} == set()
     assert httpclient.InferenceServerClient(server.http_url).get_system_shared_memory_status() == []
 
 

@@ -46,6 +46,8 @@ def test_two_candidates_are_measured_and_the_winner_is_written(tmp_path: Path) -
     folder = _demo(tmp_path / "demo")
     before = (folder / "config.pbtxt").read_text()
     args = (
+        "--levers",  # the one lever on every host (a GPU host adds graphs and MPS by default)
+        "instances",
         "--instances",
         "1",
         "2",
