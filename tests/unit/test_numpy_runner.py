@@ -20,10 +20,12 @@ from tests.support import graphs
 from tests.support.hooks_support import EXAMPLE, example_config
 from tests.support.paths import ROOT, demo_instance_config, demo_onnx
 from triton_ort.errors import InputError
+from triton_ort.runtime.arrays import NumpyArrays
 from triton_ort.runtime.gather import run_requests
 from triton_ort.runtime.instance import ModelInstance
 from triton_ort.runtime.runner import IOBindingRunner
 from triton_ort.runtime.session import Placement
+from triton_ort.runtime.stats import RunnerStats
 
 Requests = list[dict[str, np.ndarray[Any, Any]]]
 
@@ -117,6 +119,16 @@ def test_a_runner_on_numpy_answers_as_the_runner_on_torch(case: Case, gather: bo
                 np.testing.assert_array_equal(array, reference, err_msg=f"request {index}, output {name}")
     if gather and case.name == "demo":  # the three requests shared one run on both
         assert on_numpy.stats.ort_runs == on_torch.stats.ort_runs == 3
+
+
+def test_numpy_staging_keeps_each_input_as_sent_and_copies_only_what_is_not_c_ordered() -> None:
+    """A scalar stays a scalar (it is bound with the shape staging gives), a C-ordered array is itself."""
+    arrays = NumpyArrays(RunnerStats())
+    scalar, rows = np.array(0.5, np.float32), np.ones((2, 3), np.float32)
+    assert arrays.to_device(scalar).shape == ()
+    assert arrays.to_device(rows) is rows
+    columns = arrays.to_device(rows.T)
+    assert columns.flags.c_contiguous and columns.shape == (3, 2)
 
 
 def test_a_numpy_runner_names_what_was_expected_in_numpy_terms() -> None:

@@ -69,8 +69,9 @@ class NumpyArrays:
         return np.zeros(shape, dtype=_numpy_dtype(element_type))
 
     def to_device(self, array: Any) -> np.ndarray[Any, Any]:
-        # A torch CPU tensor (a library caller's) reads as a numpy view of its memory.
-        return np.ascontiguousarray(array)
+        # A torch CPU tensor (a library caller's) reads as a numpy view of its memory. Not
+        # np.ascontiguousarray: it makes a scalar one of shape [1] (ndim >= 1), and the binding takes shapes.
+        return np.asarray(array, order="C")
 
     def concatenate(self, arrays: Sequence[Any], into: Any | None) -> np.ndarray[Any, Any]:
         return np.concatenate([self.to_device(a) for a in arrays], axis=0, out=into)
