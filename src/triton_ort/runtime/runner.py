@@ -175,14 +175,15 @@ class IOBindingRunner:
         # holds only their pointers).
         specs = self.bound_specs(tensors)
         staged = [self.to_device(tensors[spec.name]) for spec in specs]
-        queued = queued or any(new is not tensors[spec.name] for spec, new in zip(specs, staged, strict=True))
         # Plan: the signature's (or its bucket's) cached plan.
         plan, rows = self.plans.plan_for(tensors)
         binding = plan.binding
         views = plan.rows_of(rows, self.shared_inputs) if rows is not None else None
         if plan.graph_inputs is not None:
             copy_into_graph(plan, plan.graph_inputs, staged, views, rows, self.shared_inputs)
-        if self.inputs_read_on_host and queued:
+        if self.inputs_read_on_host and (
+            queued or any(new is not tensors[spec.name] for spec, new in zip(specs, staged, strict=True))
+        ):
             # ORT copies an input it needs on the CPU at bind time, with a blocking copy on the legacy
             # stream, which does not wait for the staging copies (a staged input is a new tensor) or the
             # caller's kernels just queued on ours.
