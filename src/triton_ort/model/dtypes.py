@@ -114,7 +114,3 @@ def from_triton_type(name: str, where: str) -> ElementType:
 
 def from_torch_dtype(dtype: torch.dtype) -> ElementType | None:
     return _BY_DTYPE_NAME.get(str(dtype).removeprefix("torch."))
-
-
-def from_numpy_dtype(dtype: np.dtype[Any]) -> ElementType | None:
-    return None if dtype == np.dtype(object) else _BY_DTYPE_NAME.get(dtype.name)

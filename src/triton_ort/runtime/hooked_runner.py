@@ -66,7 +66,7 @@ class HookedRunner:
         self.hooks = hooks
         self.client = client
         # Where the final outputs go on a CUDA instance. The runner itself keeps its outputs on the
-        # device for postprocess (ModelInstance builds it so), and this applies the configured placement
+        # device for postprocess (plan.runner_output_placement), and this applies the configured placement
         # to what postprocess returns.
         self.output_placement = output_placement
         # Gathered requests are split along axis 0 of what postprocess returns, which check_outputs holds
