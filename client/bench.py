@@ -442,24 +442,66 @@ def measure_apart(
     return results
 
 
+def tuned_variant(repository: Path, model: str, tuned_config: Path) -> str:
+    """`triton-ort tune`'s config (config.tuned.pbtxt) as one more sweep variant, MODEL_tuned, serving the
+    same version folders as MODEL (linked, not copied): its pick measured by the sweep's own load, in the
+    same run as the grid it is judged against."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    config = text_format.Parse(tuned_config.read_text(), model_config_pb2.ModelConfig())
+    name = f"{model}_tuned"
+    config.name = name
+    folder = repository / name
+    folder.mkdir(exist_ok=True)
+    (folder / "config.pbtxt").write_text(text_format.MessageToString(config))
+    for version in (repository / model).iterdir():
+        if version.is_dir() and version.name.isdigit() and not (folder / version.name).exists():
+            (folder / version.name).symlink_to(version.resolve(), target_is_directory=True)
+    return name
+
+
+def sweep_summary(results: list[Measurement]) -> dict[str, Any]:
+    """Per model, the median req/s of each variant over the rounds, the best of the grid, and the tuned
+    variant against it."""
+    summary: dict[str, Any] = {}
+    for model in dict.fromkeys(m.model for m in results):
+        rates: dict[str, list[float]] = {}
+        for m in results:
+            if m.model == model:
+                rates.setdefault(m.anchor, []).append(m.requests_per_s)
+        medians = {anchor: float(np.median(values)) for anchor, values in rates.items()}
+        grid = {anchor: rate for anchor, rate in medians.items() if anchor != "tuned"}
+        best = max(grid, key=grid.__getitem__)
+        entry: dict[str, Any] = {"median_requests_per_s": medians, "best": best}
+        if "tuned" in medians:
+            entry["tuned_vs_best"] = medians["tuned"] / grid[best]
+        summary[model] = entry
+    return summary
+
+
 def sweep(repository: Path, models: list[str], args: argparse.Namespace) -> list[Measurement]:
     """Throughput at the top concurrency for each instance count x queue delay (at concurrency 1 nothing
-    gathers, and a queue delay only adds itself to the latency)."""
+    gathers, and a queue delay only adds itself to the latency); with --tuned, tune's pick beside them;
+    --rounds times, the variants interleaved in each round (a slow stretch of the host then touches each
+    variant once, not one variant every time)."""
     results = []
     for model in models:
         work = Workload.build(model, repository, args.batch or BATCH[model])
         # the sweep's variants as scripts/build_models.py --bench wrote them: MODEL_i<instances>_d<delay µs>
         names = sorted(p.name for p in repository.glob(f"{model}_i*_d*") if p.is_dir())
+        if args.tuned:
+            names.append(tuned_variant(repository, model, args.tuned))
         with serving(repository, names) as server:
-            for name in names:
-                for concurrency in (max(args.concurrency),):
+            for _round in range(args.rounds):
+                for name in names:
                     measured = measure_server(
                         server.grpc_url,
                         model,
                         name,
                         name.removeprefix(model + "_"),
                         transport_for_ours(),
-                        concurrency,
+                        max(args.concurrency),
                         work,
                         args,
                     )
@@ -645,6 +687,15 @@ def main() -> None:
         "--sweep", action="store_true", help="instead: instance count x queue delay for each model"
     )
     parser.add_argument(
+        "--tuned",
+        type=Path,
+        metavar="FILE",
+        help="with --sweep: also measure this config (triton-ort tune's config.tuned.pbtxt) as MODEL_tuned",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="with --sweep: measure every variant this many times"
+    )
+    parser.add_argument(
         "--crossover",
         type=int,
         nargs="*",
@@ -662,6 +713,7 @@ def main() -> None:
     placements: dict[str, str] = {}
     if args.sweep:
         results = sweep(args.repository, args.models, args)
+        report["sweep"] = sweep_summary(results)
     elif args.crossover is not None:
         batches = args.crossover or [8, 32, 128, 512]
         results = [m for model in args.models for m in crossover(args.repository, model, batches, args)]
@@ -682,6 +734,13 @@ def main() -> None:
     report["results"] = [asdict(m) for m in results]
     write_report(args.out, report)
     tables = [results_table(results)]
+    for model, entry in report.get("sweep", {}).items():
+        medians = entry["median_requests_per_s"]
+        best = entry["best"]
+        line = f"{model}: best of the grid {best} {medians[best]:.0f} req/s (median of {args.rounds} rounds)"
+        if "tuned_vs_best" in entry:
+            line += f"; tuned {medians['tuned']:.0f} req/s, {entry['tuned_vs_best']:.3f}x the best"
+        tables.append(line)
     if args.crossover is not None:
         tables.append(crossover_table(results, args.repository))
     if placements:

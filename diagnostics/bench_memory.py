@@ -18,6 +18,13 @@ more (or one alternative) in a process of its own, which then waits while this p
   instance_cuda_stack  the instance with CUDA's own stack limit (cuda_stack_bytes: 0), as before it
   instance_same    the instance with arena_extend_strategy kSameAsRequested (ORT's arena grows by what
                    a run asks, not to the next power of two)
+  instance_stack64     the instance with cuda_stack_bytes 64 (the driver raises it where a kernel needs more)
+  instance_no_graphs   the instance with CUDA graphs off (the shipped demo has them on)
+  instance_cublas_ws0  the instance with CUBLAS_WORKSPACE_CONFIG=:0:0 (no cuBLAS default workspace)
+  instance_eager       the instance with CUDA_MODULE_LOADING=EAGER (every kernel loaded at start)
+  cudart           torch imported, CUDA's runtime initialised without torch's CUDA (cudaFree(0))
+  cublas           cudart, and one cuBLAS and one cuBLASLt handle (as ORT's CUDA EP makes them)
+  cudnn            cudart, and one cuDNN handle (as ORT's CUDA EP makes it)
 
 A CPU instance's host memory, the same way (no GPU needed; RSS and USS, the pages no other process shares):
 
@@ -52,14 +59,37 @@ from triton_ort.harness.server import exit_on_termination
 from triton_ort.model.options import DEFAULT_CUDA_STACK_BYTES
 from triton_ort.runtime.cuda_context import lower_stack_limit, stack_limit
 
-GPU_STAGES = ("context", "context_stack", "torch", "ort", "instance", "instance_cuda_stack", "instance_same")
+GPU_STAGES = (
+    "context",
+    "context_stack",
+    "cudart",
+    "cublas",
+    "cudnn",
+    "torch",
+    "ort",
+    "instance",
+    "instance_cuda_stack",
+    "instance_same",
+    "instance_stack64",
+    "instance_no_graphs",
+    "instance_cublas_ws0",
+    "instance_eager",
+)
 CPU_STAGES = ("cpu_ort", "cpu_torch", "cpu_instance")
 STAGES = GPU_STAGES + CPU_STAGES
 STAGE_PARAMETERS = {
     "instance": {},
     "instance_cuda_stack": {"cuda_stack_bytes": "0"},
     "instance_same": {"arena_extend_strategy": "kSameAsRequested"},
+    "instance_stack64": {"cuda_stack_bytes": "64"},
+    "instance_no_graphs": {},
+    "instance_cublas_ws0": {},
+    "instance_eager": {},
     "cpu_instance": {},
+}
+STAGE_ENVIRONMENT = {
+    "instance_cublas_ws0": {"CUBLAS_WORKSPACE_CONFIG": ":0:0"},
+    "instance_eager": {"CUDA_MODULE_LOADING": "EAGER"},
 }
 
 
@@ -77,7 +107,36 @@ def _primary_context(cuda: Any) -> None:
     assert cuda.cuCtxSetCurrent(context) == 0
 
 
-def _instance(model: str, repository: Path, parameters: dict[str, str], kind: str = "GPU") -> Any:
+def _library(*names: str) -> Any:
+    """The first of these sonames that loads (torch has loaded CUDA's libraries by then)."""
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise RuntimeError(f"none of {names} loads")
+
+
+def _handles(stage: str) -> dict[str, Any]:
+    """CUDA's runtime, and the library handles ORT's CUDA EP makes, each without torch's CUDA or ORT."""
+    import torch  # noqa: F401  (loads the nvidia-* libraries, initialises no CUDA)
+
+    cudart = _library("libcudart.so.13", "libcudart.so.12")
+    assert cudart.cudaFree(ctypes.c_void_p(0)) == 0
+    handle = ctypes.c_void_p()
+    if stage == "cublas":
+        assert _library("libcublas.so.13", "libcublas.so.12").cublasCreate_v2(ctypes.byref(handle)) == 0
+        lt = ctypes.c_void_p()
+        assert _library("libcublasLt.so.13", "libcublasLt.so.12").cublasLtCreate(ctypes.byref(lt)) == 0
+    elif stage == "cudnn":
+        assert _library("libcudnn.so.9").cudnnCreate(ctypes.byref(handle)) == 0
+    globals()["_kept"] = handle
+    return {}
+
+
+def _instance(
+    model: str, repository: Path, parameters: dict[str, str], kind: str = "GPU", graphs: bool | None = None
+) -> Any:
     from google.protobuf import json_format
 
     from triton_ort import ModelInstance
@@ -87,6 +146,8 @@ def _instance(model: str, repository: Path, parameters: dict[str, str], kind: st
     config = json_format.MessageToDict(read_config(folder), preserving_proto_field_name=True)
     for key, value in parameters.items():
         config.setdefault("parameters", {})[key] = {"string_value": value}
+    if graphs is not None:
+        config.setdefault("optimization", {}).setdefault("cuda", {})["graphs"] = graphs
     instance = ModelInstance(config, folder / "1", instance_kind=kind, device_id=0, numpy_on_cpu=True)
     spec = instance.runner.inputs[0]
     width = [d if isinstance(d, int) else 1 for d in spec.shape[1:]]
@@ -190,6 +251,8 @@ def run_stage(stage: str, model: str, repository: Path) -> dict[str, Any]:
             report["stack_bytes_before"] = stack_limit()
             report["stack_bytes_after"] = lower_stack_limit(DEFAULT_CUDA_STACK_BYTES)
         return report
+    if stage in ("cudart", "cublas", "cudnn"):
+        return _handles(stage)
     if stage in ("ort", "cpu_ort", "cpu_torch"):
         if stage == "cpu_torch":
             import torch
@@ -214,7 +277,8 @@ def run_stage(stage: str, model: str, repository: Path) -> dict[str, Any]:
     if stage == "torch":
         globals()["_kept"] = torch.zeros(1, device="cuda")
     else:
-        globals()["_kept"] = _instance(model, repository, STAGE_PARAMETERS[stage])
+        graphs = False if stage == "instance_no_graphs" else None
+        globals()["_kept"] = _instance(model, repository, STAGE_PARAMETERS[stage], graphs=graphs)
         report["stack_bytes_after"] = stack_limit()
     torch.cuda.synchronize()
     report["torch_reserved_mib"] = torch.cuda.memory_reserved() / MIB
@@ -231,8 +295,9 @@ def child_main(stage: str, model: str, repository: Path) -> None:
 def measure(stage: str, model: str, repository: Path) -> dict[str, Any]:
     command = [sys.executable, "-m", "diagnostics.bench_memory", "--child", stage, "--model", model]
     command += ["--repository", str(repository)]
+    environment = {**os.environ, **STAGE_ENVIRONMENT.get(stage, {})}
     with subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=os.environ
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=environment
     ) as child:
         assert child.stdout is not None and child.stdin is not None
         line = child.stdout.readline()
