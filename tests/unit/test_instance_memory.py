@@ -10,8 +10,8 @@ from triton_ort.runtime.cuda_context import lower_stack_limit, stack_limit
 from triton_ort.runtime.session import Placement, cuda_provider_options
 
 
-def test_the_stack_limit_is_256_bytes_unless_the_config_says() -> None:
-    assert ModelOptions().cuda_stack_bytes == 256
+def test_the_stack_limit_is_64_bytes_unless_the_config_says() -> None:
+    assert ModelOptions().cuda_stack_bytes == 64
     assert parse_options({"cuda_stack_bytes": "0"}).cuda_stack_bytes == 0  # CUDA's own limit
     with pytest.raises(ConfigError, match=r"cuda_stack_bytes.*negative"):
         parse_options({"cuda_stack_bytes": "-1"})

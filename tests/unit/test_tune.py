@@ -41,6 +41,21 @@ def test_a_candidate_sets_its_levers_and_nothing_else() -> None:
     assert not unbatched.HasField("dynamic_batching") and unbatched.instance_group[0].count == 2
 
 
+def test_graphs_are_set_where_the_config_sets_them_the_parameter_or_the_optimization_field() -> None:
+    # the benchmark's configs (scripts/build_models.py) turn graphs on by the parameter cuda_graph; a
+    # candidate that also wrote optimization.cuda.graphs was refused at load ("set the same option")
+    config = model_config_pb2.ModelConfig(name="m", max_batch_size=8)
+    config.parameters["cuda_graph"].string_value = "true"
+    assert tune.graphs_in(config) is True
+    tuned = tune.Candidate(1, 0, cuda_graphs=False).apply(config)
+    assert tuned.parameters["cuda_graph"].string_value == "false" and not tuned.HasField("optimization")
+    assert tune.graphs_in(tuned) is False
+    plain = model_config_pb2.ModelConfig(name="m", max_batch_size=8)
+    plain.optimization.cuda.graphs = True
+    assert tune.graphs_in(plain) is True
+    assert "cuda_graph" not in tune.Candidate(1, 0, cuda_graphs=False).apply(plain).parameters
+
+
 def test_the_winner_is_the_fastest_within_the_budget() -> None:
     fast_slow = tune.Result(tune.Candidate(4, 0), [_point(900.0, 30.0)])
     steady = tune.Result(tune.Candidate(1, 0), [_point(500.0, 5.0)])

@@ -43,7 +43,7 @@ from triton_ort.harness.repository import read_config
 from triton_ort.harness.server import LocalTritonServer, exit_on_termination, gpu_present
 from triton_ort.harness.transport import make_client, model_config, model_metadata, tensor_metas
 from triton_ort.model.input_ranges import value_ranges
-from triton_ort.model.options import DEFAULT_HOST_OUTPUT_MAX_BYTES
+from triton_ort.model.options import DEFAULT_HOST_OUTPUT_MAX_BYTES, parse_bool
 
 INSTANCES = (1, 2, 4)
 QUEUE_DELAYS_US = (0, 100, 500)
@@ -56,6 +56,18 @@ LEVERS = {
     "output-placement": "output_placement",
     "mps": "mps",
 }
+
+
+GRAPHS_PARAMETER = "cuda_graph"
+"""The parameter that, like optimization.cuda.graphs, turns CUDA graphs on (triton_ort.model.options)."""
+
+
+def graphs_in(config: model_config_pb2.ModelConfig) -> bool:
+    """Whether the config runs CUDA graphs, read where it says so."""
+    if GRAPHS_PARAMETER in config.parameters:
+        raw = config.parameters[GRAPHS_PARAMETER].string_value
+        return parse_bool(f"parameter {GRAPHS_PARAMETER}", raw)
+    return config.optimization.cuda.graphs
 
 
 @dataclass(frozen=True)
@@ -88,7 +100,10 @@ class Candidate:
             group.count = self.instances
         if tuned.max_batch_size > 0 and not tuned.HasField("sequence_batching"):
             tuned.dynamic_batching.max_queue_delay_microseconds = self.queue_delay_us
-        if self.cuda_graphs is not None:
+        if self.cuda_graphs is not None and GRAPHS_PARAMETER in tuned.parameters:
+            # set where the config says it: the backend refuses the parameter and the field together
+            tuned.parameters[GRAPHS_PARAMETER].string_value = str(self.cuda_graphs).lower()
+        elif self.cuda_graphs is not None:
             tuned.optimization.cuda.graphs = self.cuda_graphs
         if self.output_placement is not None:
             tuned.parameters["output_placement"].string_value = self.output_placement
@@ -251,7 +266,7 @@ def search(model_dir: Path, args: argparse.Namespace, report: Any = print) -> li
     best = Candidate(
         args.instances[0],
         args.queue_delays[0],
-        cuda_graphs=config.optimization.cuda.graphs if gpu else None,
+        cuda_graphs=graphs_in(config) if gpu else None,
         output_placement=placement if gpu else None,
     )
     results: dict[Candidate, Result] = {}

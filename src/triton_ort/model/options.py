@@ -47,10 +47,10 @@ PRECISION_MODES = {
 # from the device through the python backend. Measured on an H200 with Triton 2.51 (docs/benchmarks.md,
 # `client.bench --crossover`): host faster at 64 KiB, device faster from 256 KiB on.
 DEFAULT_HOST_OUTPUT_MAX_BYTES = 131072
-# A GPU instance's per-thread stack limit (cuda_context.py): CUDA's default 1024 bytes reserves 198 MiB more
-# of an H200 per process than 256 does (diagnostics.bench_memory; docs/benchmarks.md, "Choosing the
-# instance count").
-DEFAULT_CUDA_STACK_BYTES = 256
+# A GPU instance's per-thread stack limit (cuda_context.py): CUDA's default 1024 bytes reserves 248 MiB more
+# of an H200 per process than 64 does; no kernel of the demo's load, warm-up and gathered runs raised it
+# (diagnostics.bench_memory, 2026-12-05; docs/benchmarks.md, "Choosing the instance count").
+DEFAULT_CUDA_STACK_BYTES = 64
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ _TRUE_WORDS = ("1", "true", "yes", "on")
 _FALSE_WORDS = ("0", "false", "no", "off")
 
 
-def _parse_bool(what: str, raw: str) -> bool:
+def parse_bool(what: str, raw: str) -> bool:
     lowered = raw.strip().lower()
     if lowered in _TRUE_WORDS:
         return True
@@ -140,11 +140,11 @@ def _parse_bool(what: str, raw: str) -> bool:
 
 
 def _parse_auto_bool(what: str, raw: str) -> bool | None:
-    """`auto` (None: the library decides), or a boolean as _parse_bool reads it."""
+    """`auto` (None: the library decides), or a boolean as parse_bool reads it."""
     if raw.strip().lower() == "auto":
         return None
     try:
-        return _parse_bool(what, raw)
+        return parse_bool(what, raw)
     except ConfigError:
         raise ConfigError(
             f"{what}: {raw!r} is not a boolean or auto (expected auto, yes/no, true/false, 1/0 or on/off)"
@@ -175,7 +175,7 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[str, str], str]:
 
 
 def _parse_warmup(what: str, raw: str) -> tuple[int, ...]:
-    # A boolean (as _parse_bool reads one: configs written when warmup was only on/off keep working) or
+    # A boolean (as parse_bool reads one: configs written when warmup was only on/off keep working) or
     # batch sizes; "1" means batch size 1 either way.
     accepted = "expected true/false (1/0, on/off, yes/no), or batch sizes separated by commas, such as 1,8,64"
     text = raw.strip().lower()
@@ -238,7 +238,7 @@ def _parse_shrinkage(what: str, raw: str) -> str:
 
 
 def _copy_in_default_stream(what: str, raw: str) -> None:
-    if not _parse_bool(what, raw):
+    if not parse_bool(what, raw):
         raise ConfigError(
             f"{what}: {raw!r} cannot apply here: our copies and ORT's kernels are ordered on one "
             "stream, which needs ORT's copies on it too (expected 1, the native default, or leave it out)"
@@ -264,23 +264,23 @@ _PARAMETERS: dict[str, _Parameter] = {
     "arena_extend_strategy": _Parameter("arena_extend_strategy", _native_enum(ARENA_EXTEND_STRATEGIES)),
     "gpu_mem_limit": _Parameter("gpu_mem_limit", _parse_count),
     "do_copy_in_default_stream": _Parameter(None, _copy_in_default_stream),
-    "enable_mem_arena": _Parameter("enable_mem_arena", _parse_bool),
-    "enable_mem_pattern": _Parameter("enable_mem_pattern", _parse_bool),
+    "enable_mem_arena": _Parameter("enable_mem_arena", parse_bool),
+    "enable_mem_pattern": _Parameter("enable_mem_pattern", parse_bool),
     "memory.enable_memory_arena_shrinkage": _Parameter("arena_shrinkage", _parse_shrinkage),
     "session.use_device_allocator_for_initializers": _Parameter(
-        "use_device_allocator_for_initializers", _parse_bool
+        "use_device_allocator_for_initializers", parse_bool
     ),
-    "session.intra_op.allow_spinning": _Parameter("allow_spinning", _parse_bool, native=False),
+    "session.intra_op.allow_spinning": _Parameter("allow_spinning", parse_bool, native=False),
     # Ours: what the native backend has no word for.
     "onnx_file": _Parameter("onnx_file", _parse_path, native=False),
     "hooks": _Parameter("hooks", _parse_hooks_path, native=False),
-    "allow_cpu_fallback": _Parameter("allow_cpu_fallback", _parse_bool, native=False),
-    "allow_cuda_fallback": _Parameter("allow_cuda_fallback", _parse_bool, native=False),
+    "allow_cpu_fallback": _Parameter("allow_cpu_fallback", parse_bool, native=False),
+    "allow_cuda_fallback": _Parameter("allow_cuda_fallback", parse_bool, native=False),
     "gather_requests": _Parameter("gather_requests", _parse_auto_bool, native=False),
-    "pinned_staging": _Parameter("pinned_staging", _parse_bool, native=False),
+    "pinned_staging": _Parameter("pinned_staging", parse_bool, native=False),
     "output_placement": _Parameter("output_placement", _one_of(OUTPUT_PLACEMENTS), native=False),
     "host_output_max_bytes": _Parameter("host_output_max_bytes", _parse_count, native=False),
-    "cuda_graph": _Parameter("cuda_graph", _parse_bool, native=False),
+    "cuda_graph": _Parameter("cuda_graph", parse_bool, native=False),
     "cuda_stack_bytes": _Parameter("cuda_stack_bytes", _parse_count, native=False),
     "warmup": _Parameter("warmup", _parse_warmup, native=False),
     # For clients, not the runtime: the values each integer input accepts (triton_ort.model.input_ranges).
@@ -435,7 +435,7 @@ def _typed(where: str, kind: str, raw: Any) -> str:
     """A native accelerator value as the string ORT takes, checked by kind."""
     text = str(raw)
     if kind == "bool":
-        return "1" if _parse_bool(where, text) else "0"
+        return "1" if parse_bool(where, text) else "0"
     if kind == "count":
         return str(_parse_count(where, text))
     if kind == "int":

@@ -1,7 +1,7 @@
 """What a GPU instance's CUDA context reserves for the stacks of GPU threads, and lowering it.
 
 A CUDA context reserves local memory for the per-thread stack limit times every thread the GPU can hold
-resident: on an H200 (132 SMs of 2048 threads) CUDA's default 1024 bytes came to 198 MiB more than 256
+resident: on an H200 (132 SMs of 2048 threads) CUDA's default 1024 bytes came to 248 MiB more than 64
 bytes, in a context of 518 MiB (measured with `diagnostics.bench_memory`, docs/benchmarks.md "Choosing the
 instance count"). Every instance is a stub process with a context of its own, so that reservation is paid once
 per instance. torch and ONNX Runtime share the process's primary context, so one limit covers both.
