@@ -286,3 +286,21 @@ def test_perf_analyzers_json_input_data_with_several_requests(
         "y": "float32[1, 3]",
     }
     assert report["points"][0]["requests"] > 0
+
+
+def test_several_json_requests_in_system_shared_memory(server: LocalTritonServer, tmp_path: Path) -> None:
+    """Each request of the JSON input data in region sets of its own, per slot, sent in turn (perf refused
+    this combination before)."""
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps({"data": [{"x": [[1.0, 2.0, 3.0, 4.0]]}, {"x": [[5.0, 6.0, 7.0, 8.0]]}]}))
+    out = tmp_path / "perf.json"
+    done = perf(
+        server,
+        "optional",
+        *("--input-data", str(path), "--shared-memory", "system", "--concurrency", "2", "--json", str(out)),
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["requests_in_data"] == 2 and report["transport"] == "system-shm"
+    assert report["points"][0]["requests"] > 0
+    assert httpclient.InferenceServerClient(server.http_url).get_system_shared_memory_status() == []

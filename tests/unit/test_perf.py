@@ -405,9 +405,28 @@ def test_several_json_requests_are_sent_in_turn(tmp_path: Path) -> None:
         for _ in range(4):
             asyncio.run(load.ask(target, 0))  # one slot asks each time: the requests still take turns
     assert [slots.index(next(s for s in slots if s[0] is inputs)) for inputs in sent] == [0, 1, 2, 0]
-    shared = argparse.Namespace(protocol="http", shared_memory="system")
-    with (
-        pytest.raises(RequestError, match="3 requests is sent in the request body"),
-        perf.request_slots(shared, requests, [], 1),
-    ):
-        pass
+
+
+def test_with_shared_memory_each_slot_sends_its_own_region_set_of_every_request_in_turn() -> None:
+    """request_slots lays out R region sets per slot, slot-major; a slot takes its own in turn, so two
+    slots in flight never share a region and every request is sent."""
+    slots = [([f"slot{k}-request{r}"], []) for k in range(2) for r in range(3)]
+    sent: list[Any] = []
+
+    class Client:
+        async def infer(self, model: str, inputs: list[Any], outputs: Any) -> Any:
+            sent.append(inputs[0])
+            return type("Result", (), {"get_response": lambda self: {"outputs": []}})()
+
+    load = perf.Load("http", "127.0.0.1:1", slots, 2, outputs_in_shared_memory=True)
+    load.client = Client()
+    target = perf.Target("m", [])
+    for slot in (1, 1, 0, 1, 1):
+        asyncio.run(load.ask(target, slot))
+    assert sent == [
+        "slot1-request0",
+        "slot1-request1",
+        "slot0-request0",
+        "slot1-request2",
+        "slot1-request0",
+    ]

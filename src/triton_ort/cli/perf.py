@@ -490,7 +490,9 @@ class Load:
         self.child_cpu_s = 0.0  # CPU time of --client-processes' processes, reported as they go
         self.requests = requests or []  # the requests' arrays: what --client-processes' processes send
         self.turn = 0  # requests in the body take the slots in turn (several JSON input-data requests)
-        self.slots_are_regions = outputs_in_shared_memory  # CUDA shared memory: one region set per slot
+        # shared memory: `concurrency` slots of region sets, each slot one set per request (request_slots)
+        self.slots_are_regions = outputs_in_shared_memory
+        self.turns: dict[int, int] = {}  # the requests each slot has sent, with region sets
         self.protocol = protocol
         self.outputs_in_shared_memory = outputs_in_shared_memory
         self.url = url
@@ -538,9 +540,14 @@ class Load:
 
     async def ask(self, target: Target, slot: int) -> float:
         """One request on a slot's tensors; its latency (s). A refusal or a wrong answer raises PerfError."""
-        if not self.slots_are_regions:  # the body's requests in turn; a region set belongs to its slot
-            slot, self.turn = self.turn, self.turn + 1
-        inputs, outputs = self.slots[slot % len(self.slots)]
+        if self.slots_are_regions:  # a slot's own region sets, one per request, taken in turn
+            per_slot = max(1, len(self.slots) // self.concurrency)
+            turn = self.turns.get(slot, 0)
+            self.turns[slot] = turn + 1
+            index = slot * per_slot + turn % per_slot
+        else:  # the body's requests in turn, whichever slot sends
+            index, self.turn = self.turn, self.turn + 1
+        inputs, outputs = self.slots[index % len(self.slots)]
         started = time.perf_counter()
         try:
             result = await self.client.infer(target.name, inputs, outputs=outputs)
@@ -808,8 +815,9 @@ def request_slots(
     count: int,
 ) -> Iterator[list[tuple[list[Any], list[Any]]]]:
     """The request tensors: numpy in the body (a slot per request, which Load.ask takes in turn, whatever
-    the concurrency), or with --shared-memory a set of registered regions for each of `count` slots (its
-    own outputs; CUDA or system shared memory; one request only), removed at the end."""
+    the concurrency), or with --shared-memory, for each of `count` slots, a set of registered regions per
+    request (its own outputs; CUDA or system shared memory; slot-major: slot k's are k*R ... k*R+R-1 for R
+    requests, which Load.ask takes in turn), removed at the end."""
     module = PROTOCOLS[args.protocol]
     kind = args.shared_memory
     requests = [requests] if isinstance(requests, dict) else requests
@@ -824,14 +832,8 @@ def request_slots(
             slots.append((items, [module.InferRequestedOutput(spec.name) for spec in expected]))
         yield slots
         return
-    if len(requests) > 1:
-        raise RequestError(
-            f"--input-data with {len(requests)} requests is sent in the request body; leave out "
-            "--shared-memory / --cuda-shm, or give one request"
-        )
-    inputs = requests[0]
     option = "--cuda-shm" if getattr(args, "cuda_shm", False) else f"--shared-memory {kind}"  # as typed
-    strings = [name for name, array in inputs.items() if array.dtype.kind in "OSU"]
+    strings = [name for inputs in requests for name, array in inputs.items() if array.dtype.kind in "OSU"]
     if strings:
         raise RequestError(f"{option}: input {strings[0]!r} holds strings; shared memory takes numbers")
     layout = {}
@@ -847,7 +849,11 @@ def request_slots(
         if kind == "system":
             from triton_ort.cli.cuda_shm import SystemShmIO
 
-            system = [stack.enter_context(SystemShmIO(client, "", inputs, layout)) for _ in range(count)]
+            system = [
+                stack.enter_context(SystemShmIO(client, "", inputs, layout))
+                for _ in range(count)
+                for inputs in requests
+            ]
             yield [(region.infer_inputs, region.requested_outputs) for region in system]
             return
         try:
@@ -859,7 +865,11 @@ def request_slots(
                 f"{option} needs a CUDA GPU and cuda-bindings on this host ({error})"
             ) from None
         try:
-            regions = [stack.enter_context(CudaShmIO(client, "", inputs, layout)) for _ in range(count)]
+            regions = [
+                stack.enter_context(CudaShmIO(client, "", inputs, layout))
+                for _ in range(count)
+                for inputs in requests
+            ]
         except CudaSharedMemoryException as error:
             raise RequestError(f"{option} needs a CUDA GPU on this host: {_one_line(error)}") from None
         yield [(region.infer_inputs, region.requested_outputs) for region in regions]
