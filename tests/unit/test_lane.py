@@ -4,6 +4,7 @@ grouped, split and isolated shows without ORT in the way."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import onnxruntime as ort
@@ -67,6 +68,18 @@ def test_two_lanes_on_one_plan_answer_apart(plan: ModelPlan) -> None:
     torch.testing.assert_close(from_first[OUTPUT], kept)  # the second lane wrote nothing of the first's
     torch.testing.assert_close(from_second[OUTPUT], _runner().run({INPUT: two})[OUTPUT])
     assert first.runner is not second.runner and first.plan is second.plan
+
+
+def test_the_runner_takes_the_plans_decisions_about_the_sessions_tensors(plan: ModelPlan) -> None:
+    """The plan decides once which inputs hold one value per run and whether outputs follow the batch
+    axis; a lane's runner takes them from it and does not decide them again (a plan changed here shows)."""
+    assert plan.shared_inputs == frozenset() and plan.runner_outputs_follow_batch is True
+    decided = dataclasses.replace(
+        plan, shared_inputs=frozenset({"decided"}), runner_outputs_follow_batch=False
+    )
+    runner = _lane(decided).runner
+    assert runner.shared_inputs == frozenset({"decided"}) and runner.outputs_follow_batch is False
+    assert plan.served_outputs({"extra": 1, OUTPUT: 2}) == {OUTPUT: 2}  # config.pbtxt's, in its order
 
 
 def test_a_lane_refuses_a_bad_request_alone(plan: ModelPlan) -> None:

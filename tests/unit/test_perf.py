@@ -410,7 +410,9 @@ def test_several_json_requests_are_sent_in_turn(tmp_path: Path) -> None:
 def test_with_shared_memory_each_slot_sends_its_own_region_set_of_every_request_in_turn() -> None:
     """request_slots lays out R region sets per slot, slot-major; a slot takes its own in turn, so two
     slots in flight never share a region and every request is sent."""
-    slots = [([f"slot{k}-request{r}"], []) for k in range(2) for r in range(3)]
+    slots: list[tuple[list[Any], list[Any]]] = [
+        ([f"slot{k}-request{r}"], []) for k in range(2) for r in range(3)
+    ]
     sent: list[Any] = []
 
     class Client:

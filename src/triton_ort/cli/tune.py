@@ -67,7 +67,7 @@ def graphs_in(config: model_config_pb2.ModelConfig) -> bool:
     if GRAPHS_PARAMETER in config.parameters:
         raw = config.parameters[GRAPHS_PARAMETER].string_value
         return parse_bool(f"parameter {GRAPHS_PARAMETER}", raw)
-    return config.optimization.cuda.graphs
+    return bool(config.optimization.cuda.graphs)
 
 
 @dataclass(frozen=True)

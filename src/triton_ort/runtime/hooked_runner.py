@@ -24,7 +24,7 @@ from .arrays import concatenate
 from .output_placement import OutputPlacement, copy_to_host
 from .run_plans import BoundedSet
 from .runner import IOBindingRunner
-from .tensor_checks import Signature, check_against_specs, signature_of
+from .tensor_checks import Signature, check_against_specs, served_outputs, signature_of
 
 
 def _describe(value: object) -> str:
@@ -61,7 +61,9 @@ class HookedRunner:
         hooks: Hooks,
         client: ClientSpecs,
         output_placement: OutputPlacement,
+        outputs_follow_batch: bool,
     ) -> None:
+        """Made by the model plan (plan.batch_runner), which decides `outputs_follow_batch`."""
         self.runner = runner
         self.hooks = hooks
         self.client = client
@@ -71,7 +73,8 @@ class HookedRunner:
         self.output_placement = output_placement
         # Gathered requests are split along axis 0 of what postprocess returns, which check_outputs holds
         # to the request's rows: that needs config outputs with a batch axis.
-        self.outputs_follow_batch = client.batched
+        self.outputs_follow_batch = outputs_follow_batch
+        self._served_names = tuple(spec.name for spec in client.outputs)
         # The client's tensors are config.pbtxt's: every one has the batch axis and is concatenated.
         self.shared_inputs: frozenset[str] = frozenset()
         self.placement = runner.placement  # where the session computes (gathering sizes failures by it)
@@ -117,7 +120,7 @@ class HookedRunner:
         if self.hooks.postprocess is not None:
             outputs = _call(self._postprocess_name, self.hooks.postprocess, outputs, inputs)
         else:  # the ONNX file may have outputs that config.pbtxt does not serve
-            outputs = {spec.name: outputs[spec.name] for spec in self.client.outputs if spec.name in outputs}
+            outputs = served_outputs(outputs, self._served_names)
         self._check_outputs(outputs, rows=_rows(inputs) if self.client.batched else None)
         return self._place(outputs)
 

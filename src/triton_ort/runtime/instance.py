@@ -201,11 +201,8 @@ class ModelInstance:
                     "metrics": round((reported - finished) * 1e6, 1),
                 },
             )
-        output_names = self.plan.output_names
-        return [
-            result if isinstance(result, Exception) else {name: result[name] for name in output_names}
-            for result in results
-        ]
+        served = self.plan.served_outputs
+        return [result if isinstance(result, Exception) else served(result) for result in results]
 
     def close(self) -> None:
         """At unload: stop the metrics sender and send the counts still waiting for it."""

@@ -78,6 +78,8 @@ class Lane:
             arena_shrinkage=options.arena_shrinkage,
             on_numpy=on_numpy,
             graph_rows=plan.graph_rows,
+            shared_inputs=plan.shared_inputs,
+            follows_batch=plan.runner_outputs_follow_batch,
         )
         return cls(plan, runner, plan.batch_runner(runner), stream if runner.placement.is_cuda else None)
 

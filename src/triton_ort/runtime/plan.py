@@ -23,7 +23,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..model.load_checks import check_tensors
@@ -35,6 +35,7 @@ from .gather import BatchRunner
 from .graph_buckets import padded_rows
 from .output_placement import OutputPlacement
 from .run_plans import outputs_follow_batch
+from .tensor_checks import served_outputs
 
 if TYPE_CHECKING:
     import torch
@@ -59,10 +60,18 @@ class ModelPlan:
     """config.pbtxt's tensors, where hooks stand between the client and the model."""
     output_placement: OutputPlacement
     """Where the client's outputs go (on a CUDA instance)."""
+    shared_inputs: frozenset[str]
+    """The model's overridable inputs without a batch axis: one value for all the rows of a run, never
+    concatenated or padded (the runner's, gather.py, graph_buckets.py)."""
     one_value: Mapping[str, TensorSpec]
-    """Overridable inputs of one value per request, as the model takes them (none with hooks)."""
+    """Of those, the ones a request sends, made what the model takes (Lane; none with hooks: the client
+    sends config.pbtxt's tensors)."""
     output_names: tuple[str, ...]
     """The outputs an answer holds, in config.pbtxt's order."""
+    runner_outputs_follow_batch: bool
+    """Every ONNX output's first axis is the batch axis (run_plans.outputs_follow_batch)."""
+    outputs_follow_batch: bool
+    """The same for what gathering splits: the ONNX outputs, or with hooks config.pbtxt's (batched)."""
     gathers: bool
     cuda_graph: bool
     """Whether runs capture CUDA graphs (graph_buckets.graphs_on, asked before the plan is built)."""
@@ -99,15 +108,16 @@ class ModelPlan:
         inputs, outputs, overridable = signature
         check_tensors(config, inputs, outputs, hooks, overridable)
         client = None
+        shared = [s for s in overridable if one_value_per_request(s)]
         one_value: dict[str, TensorSpec] = {}
         if hooks is None:
-            one_value = {s.name: s for s in overridable if one_value_per_request(s)}
+            one_value = {s.name: s for s in shared}
         else:
             from ..hooks.module import ClientSpecs
 
             client = ClientSpecs.from_config(config)
         # Requests can be concatenated along axis 0 only if every output's first axis is that same batch
-        # axis (the runner's outputs_follow_batch); with hooks, config.pbtxt's outputs must have one.
+        # axis; with hooks, config.pbtxt's outputs must have one.
         runner_follows_batch = outputs_follow_batch(inputs, outputs)
         batch_follows = config.batched if hooks is not None else runner_follows_batch
         gathers = _gathers(options, onnx_path, batch_follows)
@@ -132,8 +142,11 @@ class ModelPlan:
             hooks=hooks,
             client=client,
             output_placement=OutputPlacement(options.output_placement, options.host_output_max_bytes),
+            shared_inputs=frozenset(s.name for s in shared),
             one_value=one_value,
             output_names=tuple(entry.name for entry in config.outputs),
+            runner_outputs_follow_batch=runner_follows_batch,
+            outputs_follow_batch=batch_follows,
             gathers=gathers,
             cuda_graph=graphs,
             graph_rows=graph_rows,
@@ -146,7 +159,11 @@ class ModelPlan:
         from .hooked_runner import HookedRunner
 
         assert self.client is not None
-        return HookedRunner(runner, self.hooks, self.client, self.output_placement)
+        return HookedRunner(runner, self.hooks, self.client, self.output_placement, self.outputs_follow_batch)
+
+    def served_outputs(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
+        """An answer's outputs as config.pbtxt serves them, in its order (the ONNX file may have more)."""
+        return served_outputs(outputs, self.output_names)
 
     def one_value_inputs(
         self, tensors: Mapping[str, torch.Tensor]

@@ -36,10 +36,7 @@ import onnxruntime as ort
 from ..model.dtypes import from_onnx_type
 from ..model.signature import TensorSpec, one_value_per_request
 from .arrays import Arrays, NumpyArrays, TorchArrays, concatenate
-from .graph_buckets import (
-    copy_into_graph,
-    graphs_on,
-)
+from .graph_buckets import copy_into_graph, graphs_on
 from .output_placement import OutputPlacement, copy_to_host
 from .plan_cache import PlanCache
 from .run_plans import (
@@ -76,8 +73,11 @@ class IOBindingRunner:
         arena_shrinkage: str = "",
         on_numpy: bool = False,
         graph_rows: int = 0,
+        shared_inputs: frozenset[str] | None = None,
+        follows_batch: bool | None = None,
     ) -> None:
-        """`cuda_graph`: where the session can (graph_buckets.graphs_on); `graph_rows`: pad_graph_batches."""
+        """`cuda_graph`: where the session can (graph_buckets.graphs_on); `graph_rows`: pad_graph_batches;
+        `shared_inputs`, `follows_batch`: the model plan's (Lane.build), else read from the session."""
         self.session = session
         self.placement = session_placement(session, placement)
         self.output_placement = output_placement or OutputPlacement()
@@ -90,16 +90,19 @@ class IOBindingRunner:
         self.device = self.arrays.device
         self.signature = signature = session_signature(session)
         """The session's tensors: what the model plan is built from (plan.py)."""
-        self.inputs = signature.inputs
-        """The inputs every run needs."""
+        self.inputs = signature.inputs  # every run needs them
         self.overridable = signature.overridable
         """The inputs a run may give (initializers that are also graph inputs: the file holds a default)."""
-        self.shared_inputs = frozenset(s.name for s in self.overridable if one_value_per_request(s))
-        """Overridable inputs without a batch axis: one value for all the rows of a run (gather.py)."""
         self.outputs = signature.outputs
+        if shared_inputs is None:
+            shared_inputs = frozenset(s.name for s in self.overridable if one_value_per_request(s))
+        self.shared_inputs = shared_inputs
+        """Overridable inputs without a batch axis: one value for all the rows of a run (gather.py)."""
+        if follows_batch is None:
+            follows_batch = outputs_follow_batch(self.inputs, self.outputs)
+        self.outputs_follow_batch = follows_batch
         self._output_shapes = {spec.name: plan_output_shape(spec, self.inputs) for spec in self.outputs}
         self.has_strings = any(spec.element_type.is_string for spec in (*self.inputs, *self.outputs))
-        self.outputs_follow_batch = outputs_follow_batch(self.inputs, self.outputs)
         self._checked_signatures: BoundedSet[Signature] = BoundedSet()
         # A failed run can leave ORT's CUDA arena holding what it grabbed for it (a request that asked for
         # more than the GPU has once left 140 GB reserved). The next run then shrinks the arena back.

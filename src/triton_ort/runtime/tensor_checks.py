@@ -93,3 +93,8 @@ def check_shared_axes(specs: Sequence[TensorSpec], tensors: Mapping[str, Any]) -
                     f"inputs {first[0]!r} and {spec.name!r} must agree on axis {dim!r}: "
                     f"got {first[1]} and {size}"
                 )
+
+
+def served_outputs(outputs: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """`outputs` as config.pbtxt serves them: those it names, in its order (an ONNX file may have more)."""
+    return {name: outputs[name] for name in names if name in outputs}
