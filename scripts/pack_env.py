@@ -1,6 +1,7 @@
 """Pack a Python environment for the python backend's EXECUTION_ENV_PATH (docs/execution-env.md).
 
     python scripts/pack_env.py --stack cpu --out env.tar.gz          # for the local tritonserver
+    python scripts/pack_env.py --stack cpu --no-torch --out env.tar.gz   # CPU models without hooks
     python scripts/pack_env.py --stack cuda --requirements docker/requirements-gpu.txt \
         --python python3.10 --expect-python 3.10 --target-prefix /usr --out env.tar.gz   # Triton 23.12
 
@@ -105,6 +106,19 @@ def library_pins(requirements: Path) -> list[str]:
     return [pins[name] for name in LIBRARY_PINS if name not in named]
 
 
+def without_torch(requirements: Path, scratch: Path) -> Path:
+    """`requirements` less torch, written in `scratch`: a CPU model without hooks never imports it
+    (triton_ort.runtime.arrays), so its archive need not carry it."""
+    kept = [
+        " ".join([line.requirement, *line.options])
+        for line in requirement_lines(requirements)
+        if not line.requirement or canonical(Requirement(line.requirement).name) != "torch"
+    ]
+    path = scratch / f"{requirements.stem}-without-torch.txt"
+    path.write_text("\n".join(kept) + "\n")
+    return path
+
+
 def build_venv(interpreter: Interpreter, venv: Path, requirements: Path, pip_args: list[str]) -> None:
     """A venv of `interpreter` without pip, filled by this Python's pip (`pip --python`, pip >= 22.3)."""
     subprocess.run([interpreter.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -156,7 +170,8 @@ def pack(args: argparse.Namespace) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="triton_ort_pack_env_") as scratch:
         venv = Path(scratch) / "env"
         started = time.monotonic()
-        build_venv(interpreter, venv, requirements, args.pip_arg)
+        stack = without_torch(requirements, Path(scratch)) if args.no_torch else requirements
+        build_venv(interpreter, venv, stack, args.pip_arg)
         installed_s = time.monotonic() - started
         link_to_target_interpreter(venv, interpreter, prefix)
         started = time.monotonic()
@@ -165,7 +180,7 @@ def pack(args: argparse.Namespace) -> dict[str, object]:
         packed_s = time.monotonic() - started
     return {
         "archive": str(out),
-        "requirements": requirements.name,
+        "requirements": requirements.name + (" without torch" if args.no_torch else ""),
         "python": interpreter.minor,
         "interpreter_on_server": f"{prefix}/bin/python{interpreter.minor}",
         "archive_mib": round(out.stat().st_size / 2**20, 1),
@@ -195,6 +210,11 @@ def main() -> None:
         "default: the --python's own prefix (a server on this machine)",
     )
     parser.add_argument("--expect-python", help="refuse an interpreter of another minor version, e.g. 3.10")
+    parser.add_argument(
+        "--no-torch",
+        action="store_true",
+        help="leave torch out: enough for CPU instances without hooks (GPU instances and hooks need it)",
+    )
     parser.add_argument("--out", type=Path, required=True, help="the archive, e.g. <model>/env.tar.gz")
     parser.add_argument(
         "--compress-level", type=int, default=4, help="gzip level 0-9 (venv-pack's default 4)"
@@ -208,6 +228,8 @@ def main() -> None:
     args = parser.parse_args()
     if os.sep in args.python and not Path(args.python).exists():
         parser.error(f"--python {args.python} does not exist")
+    if args.no_torch and args.stack == "cuda":
+        parser.error("--no-torch: GPU instances need torch (DLPack, CUDA streams); it is for --stack cpu")
     if args.requirements is not None and not args.requirements.is_file():
         parser.error(f"--requirements {args.requirements} is not a file")
     print(json.dumps(pack(args)))

@@ -8,8 +8,8 @@ extraction of the archive, ONNX Runtime's native library is mapped into the stub
 else (torch's is not mapped at all: these CPU instances run on numpy), and that environment's python3 imports
 triton_ort from its own site-packages.
 
-Packing torch takes about a minute here (docs/execution-env.md has the figures); `make test-execution-env`
-runs this file alone.
+The archive is packed without torch (`--no-torch`: these CPU instances have no hooks); `make
+test-execution-env` runs this file alone.
 """
 
 from __future__ import annotations
@@ -79,7 +79,15 @@ def _why_packing_cannot_run() -> str | None:
 def _pack(archive: Path) -> None:
     started = time.monotonic()
     packed = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "pack_env.py"), "--stack", "cpu", "--out", str(archive)],
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "pack_env.py"),
+            "--stack",
+            "cpu",
+            "--no-torch",
+            "--out",
+            str(archive),
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -87,6 +95,7 @@ def _pack(archive: Path) -> None:
     assert packed.returncode == 0, f"pack_env.py failed:\n{packed.stderr[-3000:]}"
     report = json.loads(packed.stdout.strip().splitlines()[-1])
     print(f"packed in {time.monotonic() - started:.0f} s: {report}")
+    assert report["requirements"] == "requirements-cpu.txt without torch", report
 
 
 def _files(model_dir: Path) -> list[str]:
@@ -179,6 +188,7 @@ def test_the_archive_not_the_servers_python_runs_the_model(
         assert not any(Path(path).resolve().is_relative_to(own_prefix) for path in paths)
     for package, library in NOT_LOADED.items():
         assert not [path for path in mapped if library in Path(path).name], f"{package} was loaded"
+    assert not list(env.glob("lib/python3*/site-packages/torch")), "packed with --no-torch, torch is there"
     # The stub's embedded interpreter takes sys.prefix from <env>/bin/python3 (first on PATH after
     # bin/activate); that interpreter, so activated, imports triton_ort from the archive's site-packages.
     probe = subprocess.run(
