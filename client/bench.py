@@ -61,10 +61,10 @@ from client.bench_common import (
 )
 from client.load import Workload, load_in_processes, request_workers
 from triton_ort.harness.reference import compare
-from triton_ort.harness.server import exit_on_termination
+from triton_ort.harness.server import NGC_BACKEND_DIRECTORY, exit_on_termination
 from triton_ort.harness.transport import STAGES, ModelStatistics
 
-NGC_NATIVE_BACKEND = Path("/opt/tritonserver/backends/onnxruntime")
+NGC_NATIVE_BACKEND = NGC_BACKEND_DIRECTORY / "onnxruntime"
 """Where NGC's tritonserver images keep the native onnxruntime backend."""
 
 

@@ -411,9 +411,10 @@ def test_the_startup_limit_comes_from_the_environment_and_names_how_to_raise_it(
 def test_another_backend_is_linked_into_the_servers_backends_and_tritonserver_opens_it(
     tmp_path: Path,
 ) -> None:
-    """backends={name: folder} (client.bench --native-backend): a folder without libtriton_<name>.so fails
-    the start at once, naming it; with one, tritonserver opens that file for a model of that backend (here
-    a file that is no library: the model's load fails naming it), and the stop leaves the folder as it was."""
+    """backends={name: folder} (client.bench --native-backend): a folder without libtriton_<name>.so (or
+    model.py) fails the start at once, naming it; with one, tritonserver opens that file for a model of
+    that backend (here a file that is no library: the model's load fails naming it), and the stop leaves
+    the folder as it was."""
     repository = tmp_path / "repository"
     (repository / "native" / "1").mkdir(parents=True)
     graphs.identity(repository / "native" / "1" / "model.onnx", TensorProto.FLOAT)
@@ -421,7 +422,9 @@ def test_another_backend_is_linked_into_the_servers_backends_and_tritonserver_op
     folder = tmp_path / "onnxruntime"
     folder.mkdir()
     started = time.monotonic()
-    with pytest.raises(ServerStartError, match=f"{folder} holds no libtriton_onnxruntime.so"):
+    with pytest.raises(
+        ServerStartError, match=f"{folder} holds neither libtriton_onnxruntime.so nor model.py"
+    ):
         LocalTritonServer(repository, backends={"onnxruntime": folder}).start()
     assert time.monotonic() - started < 5
     library = folder / "libtriton_onnxruntime.so"

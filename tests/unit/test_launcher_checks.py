@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -267,3 +268,34 @@ def test_a_port_in_use_is_reported() -> None:
     assert load_errors(log) == [
         "failed to start GRPC service: Unavailable - Socket '127.0.0.1:8001' already in use"
     ]
+
+
+def test_a_backend_directory_among_the_extra_arguments_is_taken_out_in_either_form() -> None:
+    from triton_ort.harness.checks import without_option
+
+    args = ["--backend-directory=/a", "--log-verbose=1", "--backend-directory", "/b", "--exit-on-error=0"]
+    assert without_option(args, "--backend-directory") == ["--log-verbose=1", "--exit-on-error=0"]
+
+
+def test_serve_backend_takes_name_and_folder_or_ngcs_folder_by_name(tmp_path: Path) -> None:
+    from triton_ort.cli.serve import build_parser
+
+    parser = build_parser("triton-ort serve")
+    args = parser.parse_args([f"--backend=onnxruntime={tmp_path}", "--backend", f"other={tmp_path}"])
+    assert args.backend == [("onnxruntime", tmp_path), ("other", tmp_path)]
+    for bad, said in (
+        (f"ort={tmp_path / 'missing'}", f"backend 'ort': {tmp_path / 'missing'} is not a folder"),
+        ("nothere", "backend 'nothere': /opt/tritonserver/backends/nothere does not exist here"),
+        (f"={tmp_path}", "expected NAME=DIR"),
+    ):
+        assert said in _parse_error(parser, f"--backend={bad}")
+
+
+def _parse_error(parser: argparse.ArgumentParser, *argv: str) -> str:
+    import contextlib
+    import io
+
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), pytest.raises(SystemExit):
+        parser.parse_args(list(argv))
+    return stderr.getvalue()

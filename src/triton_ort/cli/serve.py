@@ -16,6 +16,7 @@ from triton_ort.harness.server import (
     DEFAULT_PORTS,
     DEFAULT_STARTUP_TIMEOUT_S,
     EXIT_TIMEOUT_S,
+    NGC_BACKEND_DIRECTORY,
     STARTUP_TIMEOUT_ENV,
     LocalTritonServer,
     kill_group,
@@ -91,13 +92,38 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="run the server and its stubs as clients of a CUDA MPS daemon of their own (GPU hosts; "
         "docs/benchmarks.md: what it saves)",
     )
+    parser.add_argument(
+        "--backend",
+        action="append",
+        type=_backend,
+        default=[],
+        metavar="NAME=DIR",
+        help="serve this backend too: DIR holds libtriton_NAME.so (built for this tritonserver's release) or "
+        f"a Python-based backend's model.py; NAME alone: {NGC_BACKEND_DIRECTORY}/NAME (NGC's images). "
+        "Repeatable",
+    )
     parser.add_argument("extra", nargs="*", help="more tritonserver arguments, after --")
     return parser
 
 
+def _backend(text: str) -> tuple[str, Path]:
+    """--backend NAME=DIR, or NAME for NGC's backend directory."""
+    name, _, folder = text.partition("=")
+    if not name or "/" in name:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=DIR, e.g. onnxruntime=/opt/onnxruntime")
+    path = Path(folder) if folder else NGC_BACKEND_DIRECTORY / name
+    if not path.is_dir():
+        where = f"{path} is not a folder" if folder else f"{path} does not exist here: give NAME=DIR"
+        raise argparse.ArgumentTypeError(f"backend {name!r}: {where}")
+    return name, path
+
+
 def _report_start(server: LocalTritonServer) -> None:
-    """What loaded and what did not, the failures first (each model's own error), then the addresses."""
-    failed = server.failed_models()
+    """What loaded and what did not, the failures first (the repository check's line where it found the
+    cause, else the model's own load error), then the addresses."""
+    checked = {line.split(":", 1)[0] for line in server.check_problems}  # "model 'name'"
+    failed = [*server.check_problems]
+    failed += [cause for cause in server.failed_models() if cause.split(" version", 1)[0] not in checked]
     for cause in failed:
         print(cause, file=sys.stderr, flush=True)
     if failed:
@@ -126,6 +152,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         startup_timeout_s=args.startup_timeout,
         log_verbose=args.log_verbose,
         log_file=args.log_file,
+        backends=dict(args.backend),
         mps=args.mps,
     )
     for signum in STOP_SIGNALS:

@@ -157,6 +157,20 @@ def option_values(args: Sequence[str], name: str) -> list[str]:
     return values
 
 
+def without_option(args: Sequence[str], name: str) -> list[str]:
+    """`args` less a tritonserver option, in either form (`--name=value`, `--name value`)."""
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == name:
+            skip = True
+        elif not arg.startswith(f"{name}="):
+            kept.append(arg)
+    return kept
+
+
 def models_loaded_at_start(server_args: Sequence[str]) -> list[str] | None:
     """The model folders Triton loads at startup: None for all of them, or under explicit model control
     only the --load-model ones."""
@@ -167,20 +181,23 @@ def models_loaded_at_start(server_args: Sequence[str]) -> list[str] | None:
     return None if "*" in named else named
 
 
-def python_backends_in(repository: Path) -> set[str]:
-    """Which of the python backend's family ('python', ours) the repository's model configs name."""
+def python_backends_in(repository: Path, family: Collection[str] = PYTHON_BACKENDS) -> set[str]:
+    """Which of the python backend's family ('python', ours, other Python-based backends the server has)
+    the repository's model configs name."""
     found = set()
     for config_path in repository.glob("*/config.pbtxt"):
         try:
             config = read_config(config_path.parent)
         except UNREADABLE_CONFIG:
             continue  # check_model reports it
-        if config.backend in PYTHON_BACKENDS:
+        if config.backend in family:
             found.add(config.backend)
     return found
 
 
-def own_shm_prefix_is_safe(repositories: Sequence[Path]) -> bool:
+def own_shm_prefix_is_safe(
+    repositories: Sequence[Path], python_based: Collection[str] = PYTHON_BACKENDS
+) -> bool:
     """Whether this server may give the python backend a shared-memory prefix of its own.
 
     Triton 23.12 (up to 24.03) names a stub's region <prefix><n>, numbering from 1 per backend; the default
@@ -188,9 +205,10 @@ def own_shm_prefix_is_safe(repositories: Sequence[Path]) -> bool:
     shm-region-prefix-name, which Triton passes to every python-based backend, does not. So `python` and
     `onnxruntime_zerocopy` models in one server then open the same regions, and the stubs die with
     boost::interprocess::lock_exception (measured on 2.41). From 24.04 the regions have unique names. The
-    whole repository counts, loaded at start or not: explicit model control may load any folder later."""
-    backends = set().union(*(python_backends_in(root) for root in repositories))
-    return not set(PYTHON_BACKENDS) <= backends
+    whole repository counts, loaded at start or not: explicit model control may load any folder later.
+    `python_based`: every Python-based backend the server has (ours, and those of `backends` with a model.py);
+    two of them named in the repository make the prefix unsafe."""
+    return len(set().union(*(python_backends_in(root, python_based) for root in repositories))) < 2
 
 
 def server_backends(server_args: Sequence[str] = ()) -> set[str]:
@@ -216,6 +234,10 @@ def model_folder_as_repository(root: Path) -> str:
         f"model repository {root} is a model's folder (it holds {holds}): "
         f"pass its parent, --model-repository {root.parent}"
     )
+
+
+REPOSITORY_CHECK_FAILED = "model repository check failed:"
+"""The first line of check_repository's error; a line per model follows."""
 
 
 def check_repository(
@@ -244,7 +266,7 @@ def check_repository(
         else:
             problems.extend(check_model(model_dir, backends))
     if problems:
-        raise ServerStartError("model repository check failed:\n" + "\n".join(problems))
+        raise ServerStartError(f"{REPOSITORY_CHECK_FAILED}\n" + "\n".join(problems))
 
 
 # --- tritonserver's log -------------------------------------------------------------------------------

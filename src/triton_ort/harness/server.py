@@ -49,8 +49,10 @@ from types import TracebackType
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from triton_ort.backend import BACKEND_NAME
 from triton_ort.backend import install as install_zerocopy_backend
 from triton_ort.harness.checks import (
+    REPOSITORY_CHECK_FAILED,
     ServerStartError,
     check_repository,
     load_errors,
@@ -58,6 +60,7 @@ from triton_ort.harness.checks import (
     option_values,
     own_shm_prefix_is_safe,
     server_backends,
+    without_option,
 )
 from triton_ort.harness.mps import MpsDaemon, MpsError, remove_orphaned_daemons
 from triton_ort.harness.processes import alive
@@ -75,6 +78,11 @@ EXIT_TIMEOUT_S = 10
 STARTUP_TIMEOUT_ENV = "TRITON_ORT_STARTUP_TIMEOUT_S"
 DEFAULT_STARTUP_TIMEOUT_S = 120.0
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
+NGC_BACKEND_DIRECTORY = Path("/opt/tritonserver/backends")
+"""Where NGC's tritonserver images keep their backends (onnxruntime, tensorrt, pytorch, ...)."""
+CORE_LIBRARY = "libtritonserver.so"
+"""The name backends built the usual way link Triton's core against; nvidia-pytriton ships the core renamed
+(nvidia_pytriton.libs/libtritonserver-<hash>.so), so the launcher links this name to it."""
 
 # Triton's log lines this launcher reads (stable across 2.41 and 2.51: core/src/model_lifecycle.cc,
 # server/src/grpc/grpc_server.cc, server/src/http_server.cc). Release-specific wording lives here only.
@@ -221,13 +229,17 @@ class LocalTritonServer:
     named when the start fails)."""
     backends: Mapping[str, Path] = field(default_factory=dict)
     """Other backends to serve beside the python backend and ours: name -> the folder that holds
-    libtriton_<name>.so, linked into this server's backend directory (the native onnxruntime backend of an
-    NGC image: {"onnxruntime": Path("/opt/tritonserver/backends/onnxruntime")}); it must be built for this
-    tritonserver's release."""
+    libtriton_<name>.so (built for this tritonserver's release; the native onnxruntime backend of an NGC
+    image: {"onnxruntime": NGC_BACKEND_DIRECTORY / "onnxruntime"}) or model.py (a Python-based backend),
+    linked into this server's backend directory. A --backend-directory among extra_args adds each backend
+    folder it holds the same way (instead of replacing the launcher's directory and its python backend)."""
     mps: bool = False
     """Serve as clients of a CUDA MPS daemon of this server's own (triton_ort.harness.mps), started before
     tritonserver and quit after it: the server's and the stubs' GPU work then shares one context."""
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    check_problems: list[str] = field(default_factory=list, init=False)
+    """With --exit-on-error=false, what the repository check found (one line a model): those models fail
+    their load and the server serves the rest; otherwise the check fails the start."""
     _mps: MpsDaemon | None = field(default=None, init=False)
     _workdir: Path | None = field(default=None, init=False)
     _log_path: Path | None = field(default=None, init=False)
@@ -282,18 +294,48 @@ class LocalTritonServer:
         shutil.copy(stub, backend / "triton_python_backend_stub")
         # Beside `python`, the Python-based backend it runs: models with backend "onnxruntime_zerocopy".
         install_zerocopy_backend(backend.parent)
-        for name, folder in self.backends.items():
-            if not (folder / f"libtriton_{name}.so").is_file():
+        for name, folder in self.other_backends().items():
+            if not ((folder / f"libtriton_{name}.so").is_file() or (folder / "model.py").is_file()):
                 raise ServerStartError(
-                    f"backend {name!r}: {folder} holds no libtriton_{name}.so (give the backend's own "
-                    f"folder, e.g. /opt/tritonserver/backends/{name} in NGC's tritonserver images)"
+                    f"backend {name!r}: {folder} holds neither libtriton_{name}.so nor model.py (give the "
+                    f"backend's own folder, e.g. {NGC_BACKEND_DIRECTORY / name} in NGC's tritonserver images)"
                 )
             (backend.parent / name).symlink_to(folder.resolve(), target_is_directory=True)
         return backend.parent
 
+    def other_backends(self) -> dict[str, Path]:
+        """`backends`, and each backend folder of a --backend-directory among the extra arguments (but the
+        python backend's own: the launcher's has the stub for this Python)."""
+        found: dict[str, Path] = {}
+        for directory in map(Path, option_values(self.extra_args, "--backend-directory")):
+            for folder in sorted(directory.iterdir()) if directory.is_dir() else []:
+                if folder.is_dir() and folder.name not in ("python", BACKEND_NAME):
+                    found[folder.name] = folder
+        return {**found, **self.backends}
+
+    def _core_library_folder(self, libs: Path) -> Path | None:
+        """A folder in which CORE_LIBRARY links to the core this tritonserver runs, for the backends that
+        link that name (None where `libs` holds it already, or holds no core). The same file: the dynamic
+        loader maps it once, so a backend and the server share one core."""
+        assert self._workdir is not None
+        cores = sorted(libs.glob("libtritonserver*.so"))
+        if not cores or (libs / CORE_LIBRARY).exists():
+            return None
+        folder = self._workdir / "lib"
+        folder.mkdir(exist_ok=True)
+        (folder / CORE_LIBRARY).unlink(missing_ok=True)
+        (folder / CORE_LIBRARY).symlink_to(cores[0])
+        return folder
+
     def _environment(self, libs: Path) -> dict[str, str]:
         env = {**os.environ, **self.env, **(self._mps.env if self._mps else {})}
-        library_dirs = [sysconfig.get_config_var("LIBDIR") or "", str(libs), env.get("LD_LIBRARY_PATH", "")]
+        core = self._core_library_folder(libs)
+        library_dirs = [
+            sysconfig.get_config_var("LIBDIR") or "",
+            str(libs),
+            str(core or ""),
+            env.get("LD_LIBRARY_PATH", ""),
+        ]
         env["LD_LIBRARY_PATH"] = ":".join(d for d in library_dirs if d)
         # The stub's embedded interpreter finds its packages through the first python3 on PATH.
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
@@ -324,7 +366,8 @@ class LocalTritonServer:
             # GPU tensors travel between server and stub through this pool; below the tensors' size the
             # python backend falls back to slower per-buffer CUDA IPC.
             args.append(f"--cuda-memory-pool-byte-size=0:{self.cuda_memory_pool_bytes}")
-        return [*args, *self.extra_args]
+        # --backend-directory would replace the launcher's (other_backends links its folders instead)
+        return [*args, *without_option(self.extra_args, "--backend-directory")]
 
     @property
     def serves_what_loads(self) -> bool:
@@ -364,12 +407,19 @@ class LocalTritonServer:
             self.model_repository,
             *(Path(extra) for extra in option_values(self.extra_args, "--model-repository")),
         ]
-        check_repository(
-            repositories,
-            models_loaded_at_start(self.extra_args),
-            server_backends(self.extra_args) | set(self.backends),
-        )
-        if not own_shm_prefix_is_safe(repositories):
+        try:
+            check_repository(
+                repositories,
+                models_loaded_at_start(self.extra_args),
+                server_backends(self.extra_args) | set(self.backends),
+            )
+        except ServerStartError as error:
+            if not self.serves_what_loads or not str(error).startswith(REPOSITORY_CHECK_FAILED):
+                raise
+            self.check_problems = str(error).splitlines()[1:]  # those models fail; the rest serve
+        python_based = {"python", BACKEND_NAME}
+        python_based |= {name for name, d in self.other_backends().items() if (d / "model.py").is_file()}
+        if not own_shm_prefix_is_safe(repositories, python_based):
             self.shm_prefix = None
         requested = (self.http_port, self.grpc_port, self.metrics_port)
         for attempt in range(3):
