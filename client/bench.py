@@ -472,10 +472,11 @@ def sweep_summary(results: list[Measurement]) -> dict[str, Any]:
                 rates.setdefault(m.anchor, []).append(m.requests_per_s)
         medians = {anchor: float(np.median(values)) for anchor, values in rates.items()}
         grid = {anchor: rate for anchor, rate in medians.items() if anchor != "tuned"}
-        best = max(grid, key=grid.__getitem__)
-        entry: dict[str, Any] = {"median_requests_per_s": medians, "best": best}
-        if "tuned" in medians:
-            entry["tuned_vs_best"] = medians["tuned"] / grid[best]
+        entry: dict[str, Any] = {"median_requests_per_s": medians}
+        if grid:  # none where scripts/build_models.py --bench wrote no MODEL_i*_d* variants
+            entry["best"] = best = max(grid, key=grid.__getitem__)
+            if "tuned" in medians:
+                entry["tuned_vs_best"] = medians["tuned"] / grid[best]
         summary[model] = entry
     return summary
 
@@ -711,6 +712,8 @@ def main() -> None:
     command = " ".join(["python -m client.bench", *sys.argv[1:]])
     report: dict[str, Any] = {"environment": host_environment(), "command": command}
     placements: dict[str, str] = {}
+    if args.tuned and (not args.sweep or len(args.models) != 1):
+        parser.error("--tuned FILE: with --sweep and one model (tune's config is that model's)")
     if args.sweep:
         results = sweep(args.repository, args.models, args)
         report["sweep"] = sweep_summary(results)
@@ -736,6 +739,8 @@ def main() -> None:
     tables = [results_table(results)]
     for model, entry in report.get("sweep", {}).items():
         medians = entry["median_requests_per_s"]
+        if "best" not in entry:
+            continue
         best = entry["best"]
         line = f"{model}: best of the grid {best} {medians[best]:.0f} req/s (median of {args.rounds} rounds)"
         if "tuned_vs_best" in entry:

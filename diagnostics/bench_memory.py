@@ -18,7 +18,7 @@ more (or one alternative) in a process of its own, which then waits while this p
   instance_cuda_stack  the instance with CUDA's own stack limit (cuda_stack_bytes: 0), as before it
   instance_same    the instance with arena_extend_strategy kSameAsRequested (ORT's arena grows by what
                    a run asks, not to the next power of two)
-  instance_stack64     the instance with cuda_stack_bytes 64 (the driver raises it where a kernel needs more)
+  instance_stack256    the instance with cuda_stack_bytes 256 (the default until 2026-12-05: 64 now)
   instance_no_graphs   the instance with CUDA graphs off (the shipped demo has them on)
   instance_cublas_ws0  the instance with CUBLAS_WORKSPACE_CONFIG=:0:0 (no cuBLAS default workspace)
   instance_eager       the instance with CUDA_MODULE_LOADING=EAGER (every kernel loaded at start)
@@ -70,7 +70,7 @@ GPU_STAGES = (
     "instance",
     "instance_cuda_stack",
     "instance_same",
-    "instance_stack64",
+    "instance_stack256",
     "instance_no_graphs",
     "instance_cublas_ws0",
     "instance_eager",
@@ -81,7 +81,7 @@ STAGE_PARAMETERS = {
     "instance": {},
     "instance_cuda_stack": {"cuda_stack_bytes": "0"},
     "instance_same": {"arena_extend_strategy": "kSameAsRequested"},
-    "instance_stack64": {"cuda_stack_bytes": "64"},
+    "instance_stack256": {"cuda_stack_bytes": "256"},
     "instance_no_graphs": {},
     "instance_cublas_ws0": {},
     "instance_eager": {},
@@ -134,6 +134,15 @@ def _handles(stage: str) -> dict[str, Any]:
     return {}
 
 
+def set_graphs(config: dict[str, Any], graphs: bool) -> None:
+    """CUDA graphs on or off in a config (as a dict), where it sets them: the parameter cuda_graph (the
+    benchmark's configs) or optimization.cuda.graphs; the backend refuses the two together."""
+    if "cuda_graph" in config.get("parameters", {}):
+        config["parameters"]["cuda_graph"] = {"string_value": str(graphs).lower()}
+    else:
+        config.setdefault("optimization", {}).setdefault("cuda", {})["graphs"] = graphs
+
+
 def _instance(
     model: str, repository: Path, parameters: dict[str, str], kind: str = "GPU", graphs: bool | None = None
 ) -> Any:
@@ -147,7 +156,7 @@ def _instance(
     for key, value in parameters.items():
         config.setdefault("parameters", {})[key] = {"string_value": value}
     if graphs is not None:
-        config.setdefault("optimization", {}).setdefault("cuda", {})["graphs"] = graphs
+        set_graphs(config, graphs)
     instance = ModelInstance(config, folder / "1", instance_kind=kind, device_id=0, numpy_on_cpu=True)
     spec = instance.runner.inputs[0]
     width = [d if isinstance(d, int) else 1 for d in spec.shape[1:]]

@@ -32,3 +32,14 @@ def test_the_small_models_repository_is_one_the_server_accepts(tmp_path: Path) -
     for name in [*names, "demo"]:
         group = read_config(tmp_path / name).instance_group[0]
         assert (group.kind, group.count) == (group.KIND_CPU, 1), (name, group)
+
+
+def test_graphs_are_turned_off_where_the_config_turns_them_on() -> None:
+    from diagnostics.bench_memory import set_graphs
+
+    by_parameter = {"parameters": {"cuda_graph": {"string_value": "true"}}}
+    set_graphs(by_parameter, False)
+    assert by_parameter == {"parameters": {"cuda_graph": {"string_value": "false"}}}
+    by_field = {"optimization": {"cuda": {"graphs": True}}}
+    set_graphs(by_field, False)
+    assert by_field == {"optimization": {"cuda": {"graphs": False}}}

@@ -56,3 +56,22 @@ def test_the_summary_judges_the_tuned_median_against_the_best_median_of_the_grid
     assert summary["median_requests_per_s"]["i4_d100"] == 160.0
     assert summary["tuned_vs_best"] == 195.0 / 205.0
     assert "tuned_vs_best" not in sweep_summary([m for m in results if m.anchor != "tuned"])["demo"]
+
+
+def test_without_grid_variants_the_summary_names_no_best_and_tuned_takes_one_model() -> None:
+    assert sweep_summary([_measurement("tuned", 100.0)]) == {
+        "demo": {"median_requests_per_s": {"tuned": 100.0}}
+    }
+    import subprocess
+    import sys
+
+    from tests.support.paths import ROOT
+
+    refused = subprocess.run(
+        [sys.executable, "-m", "client.bench", "--sweep", "--models", "demo", "mlp1024", "--tuned", "x"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert refused.returncode == 2 and "--tuned FILE: with --sweep and one model" in refused.stderr

@@ -287,6 +287,7 @@ def test_serve_backend_takes_name_and_folder_or_ngcs_folder_by_name(tmp_path: Pa
         (f"ort={tmp_path / 'missing'}", f"backend 'ort': {tmp_path / 'missing'} is not a folder"),
         ("nothere", "backend 'nothere': /opt/tritonserver/backends/nothere does not exist here"),
         (f"={tmp_path}", "expected NAME=DIR"),
+        (f"python={tmp_path}", "backend 'python': the launcher brings its own"),
     ):
         assert said in _parse_error(parser, f"--backend={bad}")
 
@@ -299,3 +300,10 @@ def _parse_error(parser: argparse.ArgumentParser, *argv: str) -> str:
     with contextlib.redirect_stderr(stderr), pytest.raises(SystemExit):
         parser.parse_args(list(argv))
     return stderr.getvalue()
+
+
+def test_a_failure_line_is_matched_to_its_model_in_both_forms() -> None:
+    from triton_ort.cli.serve import _model_named
+
+    assert _model_named("model 'a b' version 1 failed to load: x") == "a b"
+    assert _model_named("model 'a': the config is missing") == "a"

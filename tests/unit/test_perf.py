@@ -432,3 +432,43 @@ def test_with_shared_memory_each_slot_sends_its_own_region_set_of_every_request_
         "slot1-request2",
         "slot1-request0",
     ]
+
+
+def test_open_loop_load_with_region_sets_never_shares_one_between_requests_in_flight() -> None:
+    """--request-rate with shared memory and several JSON requests: at most one request in flight per slot,
+    each on its slot's own region sets, however many region sets the requests add."""
+    slots: list[tuple[list[Any], list[Any]]] = [
+        ([f"slot{k}-request{r}"], []) for k in range(2) for r in range(3)
+    ]
+    in_flight: set[str] = set()
+    shared: list[str] = []
+    most = 0
+
+    class Client:
+        async def infer(self, model: str, inputs: list[Any], outputs: Any) -> Any:
+            nonlocal most
+            region_set = inputs[0]
+            slot = region_set.split("-")[0]
+            if slot in {busy.split("-")[0] for busy in in_flight}:
+                shared.append(region_set)
+            in_flight.add(region_set)
+            most = max(most, len(in_flight))
+            await asyncio.sleep(0.005)
+            in_flight.discard(region_set)
+            return type("Result", (), {"get_response": lambda self: {"outputs": []}})()
+
+    load = perf.Load("http", "127.0.0.1:1", slots, 2, outputs_in_shared_memory=True)
+    load.client = Client()
+
+    async def windows(target: Any, label: str, drive: Any, batch: int, args: Any) -> perf.Point:
+        stopping = asyncio.Event()
+        task = asyncio.create_task(drive([], stopping))
+        await asyncio.sleep(0.2)
+        stopping.set()
+        await task
+        return point("m", 1, 1.0, 1.0)
+
+    load._windows = windows  # type: ignore[assignment]
+    args = argparse.Namespace(seed=1, distribution="constant")
+    asyncio.run(load.point_at_rate(perf.Target("m", []), 2000.0, 1, args))
+    assert shared == [] and most == 2

@@ -14,6 +14,7 @@ import pytest
 from tritonclient.grpc import model_config_pb2
 
 from triton_ort.cli import perf, tune
+from triton_ort.cli.request_checks import RequestError
 from triton_ort.harness.repository import write_config
 
 
@@ -54,6 +55,9 @@ def test_graphs_are_set_where_the_config_sets_them_the_parameter_or_the_optimiza
     plain.optimization.cuda.graphs = True
     assert tune.graphs_in(plain) is True
     assert "cuda_graph" not in tune.Candidate(1, 0, cuda_graphs=False).apply(plain).parameters
+    plain.parameters["cuda_graph"].string_value = "sometimes"
+    with pytest.raises(RequestError, match=r"config\.pbtxt: parameter cuda_graph: 'sometimes' is not"):
+        tune.graphs_in(plain)
 
 
 def test_the_winner_is_the_fastest_within_the_budget() -> None:

@@ -605,7 +605,7 @@ class Load:
         sent whether or not the earlier ones were answered, at most one per slot in flight: when every slot
         is busy the next request waits (the point then says how many did)."""
         await self.ask(target, 0)
-        slots = len(self.slots) if self.slots_are_regions else MAX_IN_FLIGHT
+        slots = self.concurrency if self.slots_are_regions else MAX_IN_FLIGHT  # a region set's slots
         most, late = 0, 0
 
         async def drive(latencies: list[float], stopping: asyncio.Event) -> None:
@@ -847,13 +847,21 @@ def request_slots(
     client = make_client(args.protocol, args.url)
     with contextlib.ExitStack() as stack:
         if kind == "system":
+            from tritonclient.utils.shared_memory import SharedMemoryException
+
             from triton_ort.cli.cuda_shm import SystemShmIO
 
-            system = [
-                stack.enter_context(SystemShmIO(client, "", inputs, layout))
-                for _ in range(count)
-                for inputs in requests
-            ]
+            try:
+                system = [
+                    stack.enter_context(SystemShmIO(client, "", inputs, layout))
+                    for _ in range(count)
+                    for inputs in requests
+                ]
+            except SharedMemoryException as error:  # e.g. out of file descriptors: a region holds one
+                raise RequestError(
+                    f"{option}: {count} slots x {len(requests)} requests' regions could not be made "
+                    f"({_one_line(error)}); send fewer requests in the input data, or at a lower load"
+                ) from None
             yield [(region.infer_inputs, region.requested_outputs) for region in system]
             return
         try:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 from pathlib import Path
 from types import FrameType
 
+from triton_ort.backend import BACKEND_NAME
 from triton_ort.harness.checks import ServerStartError
 from triton_ort.harness.server import (
     DEFAULT_PORTS,
@@ -109,6 +111,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 def _backend(text: str) -> tuple[str, Path]:
     """--backend NAME=DIR, or NAME for NGC's backend directory."""
     name, _, folder = text.partition("=")
+    if name in ("python", BACKEND_NAME):
+        raise argparse.ArgumentTypeError(f"backend {name!r}: the launcher brings its own (for this Python)")
     if not name or "/" in name:
         raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=DIR, e.g. onnxruntime=/opt/onnxruntime")
     path = Path(folder) if folder else NGC_BACKEND_DIRECTORY / name
@@ -121,9 +125,9 @@ def _backend(text: str) -> tuple[str, Path]:
 def _report_start(server: LocalTritonServer) -> None:
     """What loaded and what did not, the failures first (the repository check's line where it found the
     cause, else the model's own load error), then the addresses."""
-    checked = {line.split(":", 1)[0] for line in server.check_problems}  # "model 'name'"
+    checked = {_model_named(line) for line in server.check_problems}
     failed = [*server.check_problems]
-    failed += [cause for cause in server.failed_models() if cause.split(" version", 1)[0] not in checked]
+    failed += [cause for cause in server.failed_models() if _model_named(cause) not in checked]
     for cause in failed:
         print(cause, file=sys.stderr, flush=True)
     if failed:
@@ -139,6 +143,12 @@ def _report_start(server: LocalTritonServer) -> None:
         f"log {server.log_path}\nCtrl-C stops it.",
         flush=True,
     )
+
+
+def _model_named(line: str) -> str:
+    """The model a failure line is about ("model 'NAME' version 1 failed...", "model 'NAME': ...")."""
+    found = re.match(r"model '([^']*)'", line)
+    return found[1] if found else line
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:

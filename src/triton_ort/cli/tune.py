@@ -37,6 +37,7 @@ from tritonclient.utils import triton_to_np_dtype
 from triton_ort.cli import perf
 from triton_ort.cli.request_checks import ModelSignature, RequestError
 from triton_ort.cli.request_data import add_request_data_options, parse_ranges_option
+from triton_ort.errors import ConfigError
 from triton_ort.harness.checks import ServerStartError
 from triton_ort.harness.processes import MIB, MemorySnapshot
 from triton_ort.harness.repository import read_config
@@ -66,7 +67,10 @@ def graphs_in(config: model_config_pb2.ModelConfig) -> bool:
     """Whether the config runs CUDA graphs, read where it says so."""
     if GRAPHS_PARAMETER in config.parameters:
         raw = config.parameters[GRAPHS_PARAMETER].string_value
-        return parse_bool(f"parameter {GRAPHS_PARAMETER}", raw)
+        try:
+            return parse_bool(f"parameter {GRAPHS_PARAMETER}", raw)
+        except ConfigError as error:  # the model's own load would refuse it too
+            raise RequestError(f"config.pbtxt: {error}") from None
     return bool(config.optimization.cuda.graphs)
 
 
