@@ -167,7 +167,10 @@ def test_a_backend_folder_without_its_library_is_one_line_before_any_start(tmp_p
     ], done.stderr
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc here to build a C backend")
+@pytest.mark.skipif(
+    shutil.which("gcc") is None or shutil.which("readelf") is None,
+    reason="no gcc and readelf here to build a C backend and read what it links",
+)
 def test_a_c_backend_linked_against_libtritonserver_so_loads(tmp_path: Path) -> None:
     """nvidia-pytriton ships the core as libtritonserver-<hash>.so; a backend built the usual way needs
     libtritonserver.so, which the launcher links to that core (without it: 'unable to load shared
