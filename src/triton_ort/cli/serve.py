@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from triton_ort.backend import BACKEND_NAME
-from triton_ort.harness.checks import ServerStartError
+from triton_ort.harness.checks import PYTHON_BACKENDS, ServerStartError
 from triton_ort.harness.server import (
     DEFAULT_PORTS,
     DEFAULT_STARTUP_TIMEOUT_S,
@@ -111,7 +110,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 def _backend(text: str) -> tuple[str, Path]:
     """--backend NAME=DIR, or NAME for NGC's backend directory."""
     name, _, folder = text.partition("=")
-    if name in ("python", BACKEND_NAME):
+    if name in PYTHON_BACKENDS:
         raise argparse.ArgumentTypeError(f"backend {name!r}: the launcher brings its own (for this Python)")
     if not name or "/" in name:
         raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=DIR, e.g. onnxruntime=/opt/onnxruntime")

@@ -211,11 +211,16 @@ def own_shm_prefix_is_safe(
     return len(set().union(*(python_backends_in(root, python_based) for root in repositories))) < 2
 
 
+def backend_folders(server_args: Sequence[str]) -> dict[str, Path]:
+    """The backend folders of any --backend-directory among the server's arguments, by name."""
+    extra = [Path(d) for d in option_values(server_args, "--backend-directory")]
+    return {p.name: p for d in extra if d.is_dir() for p in sorted(d.iterdir()) if p.is_dir()}
+
+
 def server_backends(server_args: Sequence[str] = ()) -> set[str]:
     """The backends the launcher's tritonserver has: the two of its own backend directory, and the folders
     of any --backend-directory among the extra arguments."""
-    extra = [Path(d) for d in option_values(server_args, "--backend-directory")]
-    return {*PYTHON_BACKENDS, *(p.name for d in extra if d.is_dir() for p in d.iterdir() if p.is_dir())}
+    return {*PYTHON_BACKENDS, *backend_folders(server_args)}
 
 
 def model_folder_as_repository(root: Path) -> str:
@@ -236,19 +241,26 @@ def model_folder_as_repository(root: Path) -> str:
     )
 
 
-REPOSITORY_CHECK_FAILED = "model repository check failed:"
-"""The first line of check_repository's error; a line per model follows."""
-
-
 def check_repository(
     repository: Path | Sequence[Path],
     models: Sequence[str] | None = None,
     backends: Collection[str] = PYTHON_BACKENDS,
 ) -> None:
     """Raise ServerStartError listing every model folder that Triton could not load for a missing or
-    unreadable file or a backend it does not have. `repository`: one, or every --model-repository of the
-    server (a named model is looked up in each, as Triton does); `models`: only these folders (default:
-    all); `backends`: the server's (server_backends)."""
+    unreadable file or a backend it does not have (repository_problems)."""
+    if problems := repository_problems(repository, models, backends):
+        raise ServerStartError("model repository check failed:\n" + "\n".join(problems))
+
+
+def repository_problems(
+    repository: Path | Sequence[Path],
+    models: Sequence[str] | None = None,
+    backends: Collection[str] = PYTHON_BACKENDS,
+) -> list[str]:
+    """Why each model folder could not load, one line a model (a missing or unreadable file, a backend the
+    server does not have); ServerStartError where a repository itself is wrong. `repository`: one, or every
+    --model-repository of the server (a named model is looked up in each, as Triton does); `models`: only
+    these folders (default: all); `backends`: the server's (server_backends)."""
     repositories = [repository] if isinstance(repository, Path) else list(repository)
     for root in repositories:
         if not root.is_dir():
@@ -265,8 +277,7 @@ def check_repository(
             problems.append(f"model '{name}': {where} does not exist (named by --load-model)")
         else:
             problems.extend(check_model(model_dir, backends))
-    if problems:
-        raise ServerStartError(f"{REPOSITORY_CHECK_FAILED}\n" + "\n".join(problems))
+    return problems
 
 
 # --- tritonserver's log -------------------------------------------------------------------------------

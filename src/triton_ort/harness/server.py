@@ -49,16 +49,17 @@ from types import TracebackType
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from triton_ort.backend import BACKEND_NAME
 from triton_ort.backend import install as install_zerocopy_backend
 from triton_ort.harness.checks import (
-    REPOSITORY_CHECK_FAILED,
+    PYTHON_BACKENDS,
     ServerStartError,
+    backend_folders,
     check_repository,
     load_errors,
     models_loaded_at_start,
     option_values,
     own_shm_prefix_is_safe,
+    repository_problems,
     server_backends,
     without_option,
 )
@@ -306,12 +307,8 @@ class LocalTritonServer:
     def other_backends(self) -> dict[str, Path]:
         """`backends`, and each backend folder of a --backend-directory among the extra arguments (but the
         python backend's own: the launcher's has the stub for this Python)."""
-        found: dict[str, Path] = {}
-        for directory in map(Path, option_values(self.extra_args, "--backend-directory")):
-            for folder in sorted(directory.iterdir()) if directory.is_dir() else []:
-                if folder.is_dir() and folder.name not in ("python", BACKEND_NAME):
-                    found[folder.name] = folder
-        return {**found, **self.backends}
+        found = backend_folders(self.extra_args)
+        return {**{n: f for n, f in found.items() if n not in PYTHON_BACKENDS}, **self.backends}
 
     def _core_library_folder(self, libs: Path) -> Path | None:
         """A folder in which CORE_LIBRARY links to the core this tritonserver runs, for the backends that
@@ -407,17 +404,13 @@ class LocalTritonServer:
             self.model_repository,
             *(Path(extra) for extra in option_values(self.extra_args, "--model-repository")),
         ]
-        try:
-            check_repository(
-                repositories,
-                models_loaded_at_start(self.extra_args),
-                server_backends(self.extra_args) | set(self.backends),
-            )
-        except ServerStartError as error:
-            if not self.serves_what_loads or not str(error).startswith(REPOSITORY_CHECK_FAILED):
-                raise
-            self.check_problems = str(error).splitlines()[1:]  # those models fail; the rest serve
-        python_based = {"python", BACKEND_NAME}
+        loaded = models_loaded_at_start(self.extra_args)
+        backends = server_backends(self.extra_args) | set(self.backends)
+        if self.serves_what_loads:  # those models fail their load; the rest serve
+            self.check_problems = repository_problems(repositories, loaded, backends)
+        else:
+            check_repository(repositories, loaded, backends)
+        python_based = {*PYTHON_BACKENDS}
         python_based |= {name for name, d in self.other_backends().items() if (d / "model.py").is_file()}
         if not own_shm_prefix_is_safe(repositories, python_based):
             self.shm_prefix = None
