@@ -134,29 +134,22 @@ def _handles(stage: str) -> dict[str, Any]:
     return {}
 
 
-def set_graphs(config: dict[str, Any], graphs: bool) -> None:
-    """CUDA graphs on or off in a config (as a dict), where it sets them: the parameter cuda_graph (the
-    benchmark's configs) or optimization.cuda.graphs; the backend refuses the two together."""
-    if "cuda_graph" in config.get("parameters", {}):
-        config["parameters"]["cuda_graph"] = {"string_value": str(graphs).lower()}
-    else:
-        config.setdefault("optimization", {}).setdefault("cuda", {})["graphs"] = graphs
-
-
 def _instance(
     model: str, repository: Path, parameters: dict[str, str], kind: str = "GPU", graphs: bool | None = None
 ) -> Any:
     from google.protobuf import json_format
 
     from triton_ort import ModelInstance
+    from triton_ort.cli.tune import set_graphs
     from triton_ort.harness.repository import read_config
 
     folder = repository / model
-    config = json_format.MessageToDict(read_config(folder), preserving_proto_field_name=True)
+    served = read_config(folder)
     for key, value in parameters.items():
-        config.setdefault("parameters", {})[key] = {"string_value": value}
+        served.parameters[key].string_value = value
     if graphs is not None:
-        set_graphs(config, graphs)
+        set_graphs(served, graphs)  # where the config sets them (the parameter or the field)
+    config = json_format.MessageToDict(served, preserving_proto_field_name=True)
     instance = ModelInstance(config, folder / "1", instance_kind=kind, device_id=0, numpy_on_cpu=True)
     spec = instance.runner.inputs[0]
     width = [d if isinstance(d, int) else 1 for d in spec.shape[1:]]

@@ -35,11 +35,18 @@ def test_the_small_models_repository_is_one_the_server_accepts(tmp_path: Path) -
 
 
 def test_graphs_are_turned_off_where_the_config_turns_them_on() -> None:
-    from diagnostics.bench_memory import set_graphs
+    """The instance_no_graphs stage sets graphs as tune does (tune.set_graphs): the benchmark's configs
+    turn them on by the parameter cuda_graph, the shipped demo by optimization.cuda.graphs."""
+    from tritonclient.grpc import model_config_pb2
 
-    by_parameter = {"parameters": {"cuda_graph": {"string_value": "true"}}}
+    from triton_ort.cli.tune import set_graphs
+
+    by_parameter = model_config_pb2.ModelConfig()
+    by_parameter.parameters["cuda_graph"].string_value = "true"
     set_graphs(by_parameter, False)
-    assert by_parameter == {"parameters": {"cuda_graph": {"string_value": "false"}}}
-    by_field = {"optimization": {"cuda": {"graphs": True}}}
+    assert by_parameter.parameters["cuda_graph"].string_value == "false"
+    assert not by_parameter.HasField("optimization")
+    by_field = model_config_pb2.ModelConfig()
+    by_field.optimization.cuda.graphs = True
     set_graphs(by_field, False)
-    assert by_field == {"optimization": {"cuda": {"graphs": False}}}
+    assert by_field.optimization.cuda.graphs is False and "cuda_graph" not in by_field.parameters

@@ -492,6 +492,7 @@ class Load:
         self.turn = 0  # requests in the body take the slots in turn (several JSON input-data requests)
         # shared memory: `concurrency` slots of region sets, each slot one set per request (request_slots)
         self.slots_are_regions = outputs_in_shared_memory
+        self.sets_per_slot = max(1, len(slots) // concurrency)
         self.turns: dict[int, int] = {}  # the requests each slot has sent, with region sets
         self.protocol = protocol
         self.outputs_in_shared_memory = outputs_in_shared_memory
@@ -541,10 +542,9 @@ class Load:
     async def ask(self, target: Target, slot: int) -> float:
         """One request on a slot's tensors; its latency (s). A refusal or a wrong answer raises PerfError."""
         if self.slots_are_regions:  # a slot's own region sets, one per request, taken in turn
-            per_slot = max(1, len(self.slots) // self.concurrency)
             turn = self.turns.get(slot, 0)
             self.turns[slot] = turn + 1
-            index = slot * per_slot + turn % per_slot
+            index = slot * self.sets_per_slot + turn % self.sets_per_slot
         else:  # the body's requests in turn, whichever slot sends
             index, self.turn = self.turn, self.turn + 1
         inputs, outputs = self.slots[index % len(self.slots)]

@@ -74,6 +74,15 @@ def graphs_in(config: model_config_pb2.ModelConfig) -> bool:
     return bool(config.optimization.cuda.graphs)
 
 
+def set_graphs(config: model_config_pb2.ModelConfig, on: bool) -> None:
+    """CUDA graphs on or off where the config sets them: the backend refuses the parameter and the field
+    together."""
+    if GRAPHS_PARAMETER in config.parameters:
+        config.parameters[GRAPHS_PARAMETER].string_value = str(on).lower()
+    else:
+        config.optimization.cuda.graphs = on
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One config to measure: the levers tune moves (None: as the config has it)."""
@@ -104,11 +113,8 @@ class Candidate:
             group.count = self.instances
         if tuned.max_batch_size > 0 and not tuned.HasField("sequence_batching"):
             tuned.dynamic_batching.max_queue_delay_microseconds = self.queue_delay_us
-        if self.cuda_graphs is not None and GRAPHS_PARAMETER in tuned.parameters:
-            # set where the config says it: the backend refuses the parameter and the field together
-            tuned.parameters[GRAPHS_PARAMETER].string_value = str(self.cuda_graphs).lower()
-        elif self.cuda_graphs is not None:
-            tuned.optimization.cuda.graphs = self.cuda_graphs
+        if self.cuda_graphs is not None:
+            set_graphs(tuned, self.cuda_graphs)
         if self.output_placement is not None:
             tuned.parameters["output_placement"].string_value = self.output_placement
         return tuned
