@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 
@@ -14,6 +15,24 @@ def _cuda_ready() -> bool:
     except ImportError:
         return False
     return torch.cuda.is_available() and "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+# What one run writes under pytest's temp folder at most (0.9 GiB measured on 2026-12-05: servers' work
+# folders, built models, the packed execution env, downloaded wheels), with room to spare.
+NEEDED_DISK_BYTES = 2 << 30
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Stop at once, in one line, where the disk cannot hold a run: otherwise hundreds of tests fail at
+    setup, each with a traceback of its own, and the cause is lost among them."""
+    folder = session.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    free = shutil.disk_usage(folder).free
+    if free < NEEDED_DISK_BYTES:
+        pytest.exit(
+            f"only {free / 2**20:.0f} MiB free on the disk of {folder}; the tests write up to about "
+            f"{NEEDED_DISK_BYTES / 2**30:.0f} GiB there (free space, or point --basetemp elsewhere)",
+            returncode=1,
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
