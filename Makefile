@@ -109,6 +109,10 @@ bench: $(VENV_STAMP) ## benchmark ours against the floor, naive and PyTriton anc
 	$(PYTHON) -m client.bench --models $(BENCH_MODELS) --profile $(BENCH_MPS) --out results/bench-$(BENCH_NAME).json
 	$(PYTHON) -m client.bench_plot results/bench-$(BENCH_NAME).json results/bench-$(BENCH_NAME).png
 
+.PHONY: bench-pipelines
+bench-pipelines: $(VENV_STAMP) ## three pipelines served four ways: hooked, ensemble, BLS, naive (docs/pipelines.md)
+	$(PYTHON) -m client.bench_pipelines --out results/pipelines-$(BENCH_NAME).json
+
 .PHONY: bench-hooks
 bench-hooks: models ## what pre/post-processing hooks cost per execute, in-process (diagnostics/README.md)
 	$(PYTHON) -m diagnostics.bench_hooks --json results/bench-hooks-$(BENCH_NAME).json

@@ -71,12 +71,22 @@ def sync_load(
     return latencies, time.perf_counter() - started
 
 
-def check_answer(served: str, work: Workload, ask: Callable[[], dict[str, Any]]) -> None:
+Agreement = Callable[[dict[str, Any], dict[str, Any]], list[str]]
+"""An answer and the reference in, what disagrees out ([] when the answer is right)."""
+
+
+def close_to_reference(answer: dict[str, Any], reference: dict[str, Any]) -> list[str]:
+    return compare(answer, reference, rtol=2e-3, atol=2e-3)
+
+
+def check_answer(
+    served: str, work: Workload, ask: Callable[[], dict[str, Any]], agree: Agreement = close_to_reference
+) -> None:
     """One request's answer against ORT on the CPU before anything is timed (null models answer zeros:
     sent, not checked); a wrong one ends the benchmark."""
     if "_null_" in served:
         ask()
-    elif problems := compare(ask(), work.reference, rtol=2e-3, atol=2e-3):
+    elif problems := agree(ask(), work.reference):
         raise SystemExit(f"{served}: WRONG ANSWER: {problems}")
 
 
@@ -86,6 +96,7 @@ def measure_point(
     work: Workload,
     concurrency: int,
     args: argparse.Namespace,
+    agree: Agreement = close_to_reference,
 ) -> dict[str, Any]:
     """One served point after an answer check (null models answer zeros: not checked): p50, rate, Triton's
     stages and requests per execute over `args.seconds`, at concurrency 1 from this process and above it
@@ -93,7 +104,7 @@ def measure_point(
     client = grpcclient.InferenceServerClient(url)
     transport = transport_for_ours()
     with request_workers(client, served, transport, work, 1) as (workers, ask):
-        check_answer(served, work, ask)
+        check_answer(served, work, ask, agree)
         before = ModelStatistics.read(client, served)
         if concurrency == 1:
             timing = argparse.Namespace(warmup=args.warmup, duration=args.seconds, min_requests=20)

@@ -7,13 +7,14 @@
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh tiers         # gpu + integration (three parts) + unit at once
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh reliability   # tests/reliability alone (~317 s)
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh bench [models...]   # the smoke check and the benchmark
+#   OUT=/tmp/gpu-out bash scripts/gpu_check.sh pipelines [args...] # client.bench_pipelines (docs/pipelines.md)
 # Logs and summary-<mode>.txt go to $OUT (JUnit XML to a temporary folder); the summary table (tier, passed, failed, errors,
 # skipped, seconds) is printed last. Exit status non-zero if any tier failed or did not finish.
 set -uo pipefail
 MODE=${1:-}
 case "$MODE" in
-  tiers | reliability | bench) shift ;;
-  *) echo "usage: OUT=DIR bash scripts/gpu_check.sh tiers|reliability|bench [bench-models...]" >&2; exit 2 ;;
+  tiers | reliability | bench | pipelines) shift ;;
+  *) echo "usage: OUT=DIR bash scripts/gpu_check.sh tiers|reliability|bench [bench-models...]|pipelines [args...]" >&2; exit 2 ;;
 esac
 OUT=${OUT:-/tmp/gpu-out}
 HOST_PYTHON=${HOST_PYTHON:-python3}
@@ -37,6 +38,11 @@ if [ "$MODE" = bench ]; then
   "$PYTHON" -m client.bench --models ${*:-demo mlp4096} $mps --out "$OUT/bench-gpu.json" \
     2>"$OUT/bench-progress.log" | tee "$OUT/bench.log" || status=1
   exit $status
+fi
+if [ "$MODE" = pipelines ]; then
+  "$PYTHON" -m client.bench_pipelines --out "$OUT/pipelines-gpu.json" "$@" \
+    2>"$OUT/pipelines-progress.log" | tee "$OUT/pipelines.log"
+  exit "${PIPESTATUS[0]}"
 fi
 
 # tier -> its paths and pytest arguments. The multi-GPU file is scripts/gpu_multi_check.sh's. The

@@ -1,0 +1,38 @@
+"""A pipeline as the tutorial model.py writes it (benchmark anchor only; client/pipelines.py): as_numpy()
+(GPU inputs copied to the host), session.run() (copied to the device and the outputs back), then the
+post-processing in numpy (numpy_post.py beside this file), one request at a time.
+"""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import onnxruntime as ort
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        version = Path(args["model_repository"]) / args["model_version"]
+        providers = ["CPUExecutionProvider"]
+        if args["model_instance_kind"] == "GPU":
+            device = {"device_id": int(args["model_instance_device_id"])}
+            providers = [("CUDAExecutionProvider", device), "CPUExecutionProvider"]
+        self.session = ort.InferenceSession(str(version / "model.onnx"), providers=providers)
+        self.session_inputs = [i.name for i in self.session.get_inputs()]
+        self.onnx_outputs = config["parameters"]["onnx_outputs"]["string_value"].split(",")
+        self.outputs = [output["name"] for output in config["output"]]
+        spec = importlib.util.spec_from_file_location("numpy_post", version / "numpy_post.py")
+        self.post = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self.post)
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            inputs = {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
+            raw = self.session.run(self.onnx_outputs, {n: inputs[n] for n in self.session_inputs})
+            answer = self.post.postprocess(dict(zip(self.onnx_outputs, raw, strict=True)), inputs)
+            tensors = [pb_utils.Tensor(n, answer[n]) for n in self.outputs]
+            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+        return responses

@@ -1,0 +1,186 @@
+"""Pipelines measured the four ways they can be served, in one run: our hooked model against an ensemble,
+BLS and the tutorial model.py (client/pipelines.py says what each is), and the ensemble with Triton's
+native onnxruntime backend as its ONNX member where the host has that backend.
+
+    python -m client.bench_pipelines --out results/pipelines.json                    # every pipeline
+    python -m client.bench_pipelines --pipelines embeddings --native-backend DIR      # one, with native
+
+Each pipeline gets a server of its own with its models loaded. Every way answers one request, checked
+against the reference (ORT on the CPU, then the numpy post-processing), before it is measured: p50 at
+c=1 (one synchronous client) and requests per second at the top concurrency (client.load's closed loop;
+CUDA shared memory on GPUs, numpy over gRPC elsewhere). Then memory: each way's stubs (RSS and GPU
+memory) and tritonserver's own (ensembles and a native member run inside it). Requests per execute are
+the model's that gets the client's request (an ensemble has no executes of its own: '-'). The ratio table
+holds the hooked model against the ensemble and BLS: the target is >= 1.3x their throughput and <= 0.8x
+their p50.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from client.bench_common import (
+    ROOT,
+    add_point_arguments,
+    aligned,
+    host_environment,
+    measure_point,
+    serving,
+    write_report,
+)
+from client.pipelines import NATIVE_WAY, PIPELINES, Pipeline, write_repository
+from triton_ort.harness.processes import MIB, MemorySnapshot, stub_processes
+from triton_ort.harness.server import NGC_BACKEND_DIRECTORY, exit_on_termination
+
+TARGET_RATE, TARGET_P50 = 1.3, 0.8
+"""The hooked model against the ensemble and BLS: at least this many times their c=top throughput, at
+most this many times their c=1 p50 (issue 'where Python belongs')."""
+
+
+def way_memory(server_pid: int, models: list[str]) -> dict[str, Any]:
+    """RSS and GPU memory (MiB) of the stubs that serve `models`, and of tritonserver itself."""
+    snapshot = MemorySnapshot.of(server_pid)
+    stubs = {pid: Path(path).parent.parent.name for pid, path in stub_processes(server_pid).items()}
+    pids = [pid for pid, model in stubs.items() if model in models]
+    gpu = snapshot.gpu
+    return {
+        "stubs": len(pids),
+        "stub_rss_mib": sum(snapshot.rss.get(pid, 0) for pid in pids) / MIB,
+        "stub_gpu_mib": None if gpu is None else sum(gpu.get(pid, 0) for pid in pids) / MIB,
+        "server_rss_mib": snapshot.rss.get(server_pid, 0) / MIB,
+        "server_gpu_mib": None if gpu is None else gpu.get(server_pid, 0) / MIB,
+    }
+
+
+def bench_pipeline(
+    pipeline: Pipeline, repository: Path, onnx_path: Path, native: Path | None, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Every way of one pipeline in one server: points at each concurrency, then memory per way."""
+    work = pipeline.workload(onnx_path, args.batch)
+    ways = pipeline.models(native is not None)
+    loaded = sorted({model for models in ways.values() for model in models})
+    backends = {"onnxruntime": native} if native else {}
+    result: dict[str, Any] = {"batch": args.batch, "ways": {}}
+    with serving(repository, loaded, backends=backends) as server:
+        for way, models in ways.items():
+            points = {}
+            for concurrency in args.concurrency:
+                print(f"measuring {pipeline.name} {way} c={concurrency}", file=sys.stderr, flush=True)
+                points[str(concurrency)] = measure_point(
+                    server.grpc_url, models[0], work, concurrency, args, agree=pipeline.agree
+                )
+            result["ways"][way] = {"models": models, "points": points}
+        assert server.process is not None
+        for entry in result["ways"].values():
+            entry["memory"] = way_memory(server.process.pid, entry["models"])
+    return result
+
+
+def ratios(result: dict[str, Any], low: str, top: str) -> dict[str, dict[str, float]]:
+    """The hooked model's throughput at `top` and p50 at `low` over each other way's."""
+    ways = result["ways"]
+    hooked = ways["hooked"]["points"]
+    return {
+        way: {
+            "rate": hooked[top]["requests_per_s"] / entry["points"][top]["requests_per_s"],
+            "p50": hooked[low]["p50_us"] / entry["points"][low]["p50_us"],
+        }
+        for way, entry in ways.items()
+        if way != "hooked"
+    }
+
+
+def tables(results: dict[str, Any], low: str, top: str) -> str:
+    rows = []
+    for name, result in results.items():
+        for way, entry in result["ways"].items():
+            points, memory = entry["points"], entry["memory"]
+            gpu = memory["stub_gpu_mib"]
+            rows.append(
+                [
+                    name,
+                    way,
+                    f"{points[low]['p50_us']:.0f}",
+                    f"{points[top]['requests_per_s']:.0f}",
+                    "-" if "ensemble" in way else f"{points[top]['requests_per_execute']:.1f}",
+                    str(memory["stubs"]),
+                    f"{memory['stub_rss_mib']:.0f}",
+                    "-" if gpu is None else f"{gpu:.0f}",
+                ]
+            )
+    header = [
+        "pipeline",
+        "way",
+        f"c={low} p50 us",
+        f"c={top} req/s",
+        "req/exec",
+        "stubs",
+        "RSS MiB",
+        "GPU MiB",
+    ]
+    measured = aligned(header, rows, numbers=range(2, 8))
+    ratio_rows = []
+    for name, result in results.items():
+        for way, ratio in ratios(result, low, top).items():
+            meets = ratio["rate"] >= TARGET_RATE and ratio["p50"] <= TARGET_P50
+            target = "yes" if meets else "no" if way in ("ensemble", "bls", NATIVE_WAY) else ""
+            ratio_rows.append([name, way, f"{ratio['rate']:.2f}x", f"{ratio['p50']:.2f}x", target])
+    ratio_header = ["pipeline", "hooked against", f"c={top} req/s", f"c={low} p50", "target met"]
+    return (
+        measured + f"\n\nthe hooked model against each way (target: >= {TARGET_RATE}x the rate, "
+        f"<= {TARGET_P50}x the p50)\n" + aligned(ratio_header, ratio_rows, numbers=range(2, 4))
+    )
+
+
+def main() -> None:
+    exit_on_termination()  # a stopped benchmark still stops its servers
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_point_arguments(parser, client_processes=max(1, min(8, (os.cpu_count() or 2) // 2)))
+    parser.set_defaults(repository=ROOT / "bench_repository" / "pipelines")
+    parser.add_argument("--pipelines", nargs="+", default=sorted(PIPELINES), choices=sorted(PIPELINES))
+    parser.add_argument("--batch", type=int, default=8, help="rows per request (default 8)")
+    parser.add_argument("--concurrency", type=int, nargs=2, default=[1, 16], metavar=("LOW", "TOP"))
+    parser.add_argument(
+        "--native-backend",
+        type=Path,
+        metavar="DIR",
+        help="Triton's native onnxruntime backend folder, for the ensemble with a native ONNX member "
+        f"(default: {NGC_BACKEND_DIRECTORY / 'onnxruntime'} where it exists)",
+    )
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "pipelines.json")
+    args = parser.parse_args()
+    ngc = NGC_BACKEND_DIRECTORY / "onnxruntime"
+    native = args.native_backend or (ngc if ngc.is_dir() else None)
+    if native is None:
+        print(
+            "the ensemble with a native ONNX member: skipped, this host has no native onnxruntime backend "
+            f"(--native-backend DIR; NGC's tritonserver images have it at {ngc})",
+            file=sys.stderr,
+        )
+    built = write_repository(args.repository, args.pipelines, native=native is not None)
+    report: dict[str, Any] = {
+        "environment": host_environment(),
+        "command": " ".join(["python -m client.bench_pipelines", *sys.argv[1:]]),
+        "pipelines": {},
+    }
+    for name in args.pipelines:
+        report["pipelines"][name] = bench_pipeline(
+            PIPELINES[name], args.repository, built[name], native, args
+        )
+        write_report(args.out, report)
+    low, top = map(str, args.concurrency)
+    for result in report["pipelines"].values():
+        result["hooked_against"] = ratios(result, low, top)
+    write_report(args.out, report)
+    print(tables(report["pipelines"], low, top))
+    print(f"\nresults: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""The pipelines' benchmark as a user runs it (python -m client.bench_pipelines), tiny: every way of every
+pipeline is served by a real tritonserver, answers right (the benchmark checks each way's answer against
+the reference before timing it and stops on a wrong one), is measured, and has its memory read."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from client.pipelines import PIPELINES, WAYS
+from tests.support.paths import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def test_every_way_of_every_pipeline_answers_right_and_is_measured(tmp_path: Path) -> None:
+    out = tmp_path / "pipelines.json"
+    command = [
+        *(sys.executable, "-m", "client.bench_pipelines", "--repository", str(tmp_path / "repository")),
+        *("--seconds", "0.2", "--warmup", "0", "--client-processes", "1", "--concurrency", "1", "2"),
+        *("--batch", "4", "--out", str(out)),
+    ]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "WRONG ANSWER" not in result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert set(report["pipelines"]) == set(PIPELINES)
+    for name, measured in report["pipelines"].items():
+        assert set(measured["ways"]) == set(WAYS), name  # no native backend on this host
+        for way, entry in measured["ways"].items():
+            for point in entry["points"].values():
+                assert point["requests_per_s"] > 0 and point["p50_us"] > 0, (name, way)
+            stubs = {"hooked": 1, "ensemble": 2, "bls": 2, "naive": 1}[way]
+            assert entry["memory"]["stubs"] == stubs, (name, way, entry["memory"])
+            assert entry["memory"]["stub_rss_mib"] > 0
+        assert set(measured["hooked_against"]) == set(WAYS) - {"hooked"}
+    assert "the hooked model against each way" in result.stdout
+    assert "no native onnxruntime backend" in result.stderr

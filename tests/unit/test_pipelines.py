@@ -1,0 +1,81 @@
+"""The benchmark's pipelines (client/pipelines.py): the post-processing written in torch (hooks.py: the
+hooked model, the ensemble's step, the BLS model) and in numpy (numpy_post.py: the naive model and the
+reference) give the same answers, NMS keeps and drops the boxes it should, and the checks catch a wrong
+answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from client.pipelines import PIPELINES, Pipeline, export
+
+
+@pytest.fixture(scope="module")
+def onnx_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("pipelines")
+    files = {}
+    for name, pipeline in PIPELINES.items():
+        files[name] = folder / f"{name}.onnx"
+        export(pipeline, files[name])
+    return files
+
+
+def raw_outputs(pipeline: Pipeline, onnx_path: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    from onnxruntime import InferenceSession
+
+    session = InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    outputs = session.run(list(pipeline.onnx_outputs), inputs)
+    return dict(zip(pipeline.onnx_outputs, outputs, strict=True))
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_torch_and_numpy_post_processing_agree(name: str, onnx_files: dict[str, Path]) -> None:
+    pipeline = PIPELINES[name]
+    inputs = pipeline.make_inputs(6, np.random.default_rng(1))
+    raw = raw_outputs(pipeline, onnx_files[name], inputs)
+    in_numpy = pipeline.numpy_post().postprocess(raw, inputs)
+    to_torch = {k: torch.from_numpy(v) for k, v in raw.items()}
+    in_torch = pipeline.hooks().postprocess(to_torch, {k: torch.from_numpy(v) for k, v in inputs.items()})
+    assert set(in_torch) == set(in_numpy) == set(pipeline.hooks().OUTPUTS)
+    for output, expected in in_numpy.items():
+        got = in_torch[output].numpy()
+        assert got.dtype == expected.dtype and got.shape == expected.shape, output
+    answer = {k: v.numpy() for k, v in in_torch.items()}
+    assert pipeline.agree(answer, in_numpy) == []
+    # and the check is not blind: an answer with every value moved by one disagrees
+    assert pipeline.agree({k: v + 1 for k, v in answer.items()}, in_numpy) != []
+
+
+def test_embeddings_pool_only_the_real_tokens() -> None:
+    hooks = PIPELINES["embeddings"].hooks()
+    states = torch.zeros(1, 64, 256)
+    states[0, :2, 0] = 1.0  # the two real tokens point along axis 0
+    states[0, 2:, 1] = 100.0  # padding points elsewhere, strongly
+    mask = torch.zeros(1, 64, dtype=torch.int64)
+    mask[0, :2] = 1
+    embedding = hooks.postprocess({"last_hidden_state": states}, {"attention_mask": mask})["embedding"]
+    expected = torch.zeros(1, 256)
+    expected[0, 0] = 1.0
+    assert torch.allclose(embedding, expected)
+
+
+@pytest.mark.parametrize("post", ["hooks", "numpy_post"])
+def test_nms_drops_the_weaker_of_two_overlapping_boxes_and_what_scores_under_the_threshold(post: str) -> None:
+    pipeline = PIPELINES["detect_nms"]
+    boxes = np.zeros((1, 256, 4), np.float32)
+    scores = np.zeros((1, 256), np.float32)
+    boxes[0, :4] = [[0, 0, 32, 32], [8, 0, 40, 32], [100, 100, 132, 132], [200, 200, 232, 232]]
+    scores[0, :4] = [0.9, 0.8, 0.7, 0.4]  # box 1 overlaps box 0 (IoU 0.6); box 3 is under 0.5
+    raw = {"anchor_boxes": boxes, "anchor_scores": scores}
+    if post == "hooks":
+        answer = pipeline.hooks().postprocess({k: torch.from_numpy(v) for k, v in raw.items()}, {})
+        got = {k: v.numpy() for k, v in answer.items()}
+    else:
+        got = pipeline.numpy_post().postprocess(raw, {})
+    assert got["scores"][0, :3].tolist() == pytest.approx([0.9, 0.7, 0.0])
+    assert got["boxes"][0, :2].tolist() == [[0, 0, 32, 32], [100, 100, 132, 132]]
+    assert not got["boxes"][0, 2:].any() and not got["scores"][0, 2:].any()
