@@ -5,16 +5,12 @@ own, and puts the failing model's own error first."""
 from __future__ import annotations
 
 import os
-import queue
 import re
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +22,7 @@ from onnx import TensorProto
 from tritonclient.grpc import model_config_pb2
 
 from tests.support import graphs
+from tests.support.launcher import LAUNCHER, READY, Launched, launch, launcher_command
 from tests.support.paths import DEMO_MODEL_PY, ROOT
 from tests.support.repository import build_mismatch_repository
 from triton_ort.harness.checks import ServerStartError
@@ -40,8 +37,6 @@ from triton_ort.harness.server import (
 
 pytestmark = pytest.mark.integration
 
-LAUNCHER = [sys.executable, "-m", "triton_ort.cli", "serve"]
-READY = "tritonserver ready"
 # Triton drains for at most --exit-timeout-secs (10 s); the launcher SIGKILLs after 30 s; with a margin
 # for the busy machine the tests run on.
 STOP_BOUND_S = 45.0
@@ -59,77 +54,6 @@ def tiny_repository(repository: Path, name: str = "tiny") -> Path:
     config.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.KIND_CPU, count=1)
     (repository / name / "config.pbtxt").write_text(text_format.MessageToString(config))
     return repository
-
-
-@dataclass
-class Launched:
-    """The CLI launcher as a process of its own session, its output read line by line."""
-
-    process: subprocess.Popen[str]
-    lines: queue.Queue[str] = field(default_factory=queue.Queue)
-    seen: list[str] = field(default_factory=list)
-
-    def _pump(self, stream: object) -> None:
-        for line in stream:  # type: ignore[attr-defined]
-            self.lines.put(line.rstrip("\n"))
-
-    def wait_for_line(self, needle: str, timeout_s: float) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=0.5)
-            except queue.Empty:
-                if self.process.poll() is not None and self.lines.empty():
-                    break
-                continue
-            self.seen.append(line)
-            if needle in line:
-                return line
-        raise AssertionError(
-            f"no line with {needle!r} within {timeout_s} s; output so far:\n" + self.output()
-        )
-
-    def output(self) -> str:
-        while not self.lines.empty():
-            self.seen.append(self.lines.get())
-        return "\n".join(self.seen)
-
-    def server(self) -> psutil.Process:
-        """The tritonserver this launcher started (its direct child)."""
-        children = [p for p in psutil.Process(self.process.pid).children() if p.name() == "tritonserver"]
-        assert len(children) == 1, children
-        return children[0]
-
-
-def launch(
-    command: Sequence[str], tmpdir: Path, env: dict[str, str] | None = None, cwd: Path = ROOT
-) -> Launched:
-    """Start `command` in a session of its own with TMPDIR=tmpdir, so that everything it leaves in
-    the temp dir is visible, and nothing of other runs on this machine."""
-    tmpdir.mkdir(exist_ok=True)
-    process = subprocess.Popen(
-        list(command),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, "TMPDIR": str(tmpdir), **(env or {})},
-        start_new_session=True,
-    )
-    launched = Launched(process)
-    threading.Thread(target=launched._pump, args=(process.stdout,), daemon=True).start()
-    return launched
-
-
-def launcher_command(repository: Path, ports: tuple[int, int, int]) -> list[str]:
-    http, grpc, metrics = ports
-    return [
-        *LAUNCHER,
-        f"--model-repository={repository}",
-        f"--http-port={http}",
-        f"--grpc-port={grpc}",
-        f"--metrics-port={metrics}",
-    ]
 
 
 def shm_prefix(server: psutil.Process) -> str:

@@ -23,6 +23,7 @@ from onnx import TensorProto
 from tritonclient.grpc import model_config_pb2
 
 from tests.support import graphs
+from tests.support.launcher import READY, Launched, launch, launcher_command
 from triton_ort.harness.checks import ServerStartError
 from triton_ort.harness.server import LocalTritonServer, free_ports
 from triton_ort.harness.waiting import wait_for
@@ -90,27 +91,20 @@ def _answer(url: str, model: str) -> list[list[float]]:
     return list((answer / x).tolist())
 
 
-def _serve(args: list[str]) -> tuple[subprocess.Popen[str], str, str]:
-    """triton-ort serve with `args` on free ports, until it says it is ready; (process, HTTP address, what
-    it said until then)."""
+def _serve(repository: Path, options: list[str], tmpdir: Path) -> tuple[Launched, str]:
+    """triton-ort serve on `repository` with `options`, on free ports, until it says it is ready; (the
+    launcher, its HTTP address)."""
     http, grpc, metrics = free_ports(3)
-    command = [sys.executable, "-m", "triton_ort.cli", "serve", f"--http-port={http}"]
-    command += [f"--grpc-port={grpc}", f"--metrics-port={metrics}", *args]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert process.stdout is not None
-    lines = []
-    for line in process.stdout:
-        lines.append(line)
-        if "tritonserver ready" in line:
-            return process, f"127.0.0.1:{http}", "".join(lines)
-    process.wait(timeout=60)
-    raise AssertionError("the launcher stopped before ready:\n" + "".join(lines))
+    launched = launch([*launcher_command(repository, (http, grpc, metrics)), *options], tmpdir)
+    launched.wait_for_line(READY, 300)
+    return launched, f"127.0.0.1:{http}"
 
 
-def _stop(process: subprocess.Popen[str]) -> str:
-    process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=60)
-    return output
+def _stop(launched: Launched) -> str:
+    """Ctrl-C, as a user stops it; everything it printed."""
+    launched.process.send_signal(signal.SIGINT)
+    launched.process.wait(timeout=60)
+    return launched.output()
 
 
 def test_serve_links_other_backends_beside_ours_from_the_cli(tmp_path: Path) -> None:
@@ -124,25 +118,25 @@ def test_serve_links_other_backends_beside_ours_from_the_cli(tmp_path: Path) -> 
     _scaling_backend(tmp_path / "more_backends" / "tripler", 3)
     more = tmp_path / "more_backends"
     options = [f"--backend=doubler={doubler}", "--", f"--backend-directory={more}"]
-    process, url, _ = _serve([f"--model-repository={repository}", *options])
+    launched, url = _serve(repository, options, tmp_path / "tmp")
     try:
         assert _answer(url, "ours") == [[1.0, 1.0]]
         assert _answer(url, "doubled") == [[2.0, 2.0]]
         assert _answer(url, "tripled") == [[3.0, 3.0]]
     finally:
-        _stop(process)
+        _stop(launched)
 
 
 def test_a_model_nothing_serves_fails_alone_when_the_server_serves_what_loads(tmp_path: Path) -> None:
     repository = tmp_path / "repository"
     _model(repository, "ours", "onnxruntime_zerocopy", onnx=True)
     _model(repository, "native", "onnxruntime", onnx=True)
-    process, url, output = _serve([f"--model-repository={repository}", "--", "--exit-on-error=false"])
+    launched, url = _serve(repository, ["--", "--exit-on-error=false"], tmp_path / "tmp")
     try:
         assert _answer(url, "ours") == [[1.0, 1.0]]
         assert not httpclient.InferenceServerClient(url).is_model_ready("native")
     finally:
-        _stop(process)
+        output = _stop(launched)
     refused = [line for line in output.splitlines() if line.startswith("model 'native'")]
     assert len(refused) == 1, output  # one line, the check's: it names the backends the server has
     assert "backend 'onnxruntime' is not one the server has" in refused[0], output

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from client.pipelines import PIPELINES, Pipeline, export
+from client.pipelines import PIPELINES, Arrays, Pipeline, export
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def onnx_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return files
 
 
-def raw_outputs(pipeline: Pipeline, onnx_path: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def raw_outputs(pipeline: Pipeline, onnx_path: Path, inputs: Arrays) -> Arrays:
     from onnxruntime import InferenceSession
 
     session = InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
