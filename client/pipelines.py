@@ -126,7 +126,9 @@ class DetectorHead(torch.nn.Module):
     def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         predicted = self.predict(torch.relu(self.conv(features))).flatten(2).transpose(1, 2)
         boxes = self.anchors + 4.0 * torch.tanh(predicted[..., :4])
-        return boxes, torch.sigmoid(predicted[..., 4])
+        # scores spread over 0..1, about a tenth of the anchors over the threshold, as a trained head's
+        # are (this head's raw logits sit within 0.2 of 0: every score near 0.5)
+        return boxes, torch.sigmoid(16.0 * predicted[..., 4] - 2.0)
 
 
 @dataclass(frozen=True)
@@ -198,10 +200,37 @@ def _token_inputs(batch: int, rng: np.random.Generator) -> Arrays:
     return {"input_ids": ids, "attention_mask": mask}
 
 
+def _same_top_k(answer: Arrays, reference: Arrays) -> list[str]:
+    """Top-k answers agree when their scores do (rtol 2e-3, atol 1e-6: the scores are about 1e-3) and so
+    do their classes, except where two scores are within that tolerance: a GPU's rounding (TF32
+    convolutions) may order a near-tie the other way, or, at the last place, pick the (k+1)-th class."""
+    from triton_ort.harness.reference import compare
+
+    problems = compare(
+        {"top_scores": answer["top_scores"]}, {"top_scores": reference["top_scores"]}, 2e-3, 1e-6
+    )
+    for row, (classes, scores) in enumerate(
+        zip(reference["top_classes"], reference["top_scores"], strict=True)
+    ):
+        for place, expected in enumerate(classes):
+            if answer["top_classes"][row][place] == expected:
+                continue
+            near = [scores[i] for i in (place - 1, place + 1) if 0 <= i < len(scores)]
+            tie = place == len(classes) - 1 or any(
+                abs(scores[place] - n) <= 2e-3 * scores[place] for n in near
+            )
+            if not tie:
+                problems.append(
+                    f"row {row}: class {answer['top_classes'][row][place]} at place {place}, not {expected}"
+                )
+    return problems
+
+
 def _same_detections(answer: Arrays, reference: Arrays) -> list[str]:
-    """Detections agree when at least 90 % of the reference's boxes are in the answer (same box within
-    0.05 pixel, same score within 2e-3): NMS keeps or drops a box on a comparison, and a GPU's rounding
-    (TF32 convolutions) can tip one whose score or overlap sits at the threshold."""
+    """Detections agree when the answer keeps as many boxes as the reference (within 10 %) and at least
+    90 % of the reference's boxes are among them (same box within 0.05 pixel, same score within 2e-3):
+    NMS keeps or drops a box on a comparison, and a GPU's rounding (TF32 convolutions) can tip one whose
+    score or overlap sits at a threshold."""
     problems = []
     for row, (boxes, scores) in enumerate(zip(reference["boxes"], reference["scores"], strict=True)):
         kept = scores > 0
@@ -210,8 +239,10 @@ def _same_detections(answer: Arrays, reference: Arrays) -> list[str]:
         for box, score in zip(boxes[kept], scores[kept], strict=True):
             near = np.abs(got_boxes - box).max(axis=1) < 0.05
             found += bool(np.any(near & (np.abs(got_scores - score) < 2e-3)))
-        if found < 0.9 * kept.sum():
-            problems.append(f"row {row}: {found} of the reference's {kept.sum()} detections")
+        if found < 0.9 * kept.sum() or abs(int((got_scores > 0).sum()) - int(kept.sum())) > 0.1 * kept.sum():
+            problems.append(
+                f"row {row}: {(got_scores > 0).sum()} detections, {found} of the reference's {kept.sum()}"
+            )
     return problems
 
 
@@ -234,7 +265,7 @@ PIPELINES = {
             ("logits",),
             (),
             lambda batch, rng: {"images": rng.standard_normal((batch, 3, 64, 64)).astype(np.float32)},
-            close_to_reference,
+            _same_top_k,
         ),
         Pipeline(
             "detect_nms",

@@ -20,6 +20,12 @@ class TritonPythonModel:
             device = {"device_id": int(args["model_instance_device_id"])}
             providers = [("CUDAExecutionProvider", device), "CPUExecutionProvider"]
         self.session = ort.InferenceSession(str(path), providers=providers)
+        # a GPU instance that got no CUDA provider would be timed on the CPU: say so instead
+        if (
+            args["model_instance_kind"] == "GPU"
+            and "CUDAExecutionProvider" not in self.session.get_providers()
+        ):
+            raise RuntimeError(f"CUDA execution provider not loaded: {self.session.get_providers()}")
         self.output_names = [output["name"] for output in config["output"]]
 
     def execute(self, requests):

@@ -20,6 +20,12 @@ class TritonPythonModel:
             device = {"device_id": int(args["model_instance_device_id"])}
             providers = [("CUDAExecutionProvider", device), "CPUExecutionProvider"]
         self.session = ort.InferenceSession(str(version / "model.onnx"), providers=providers)
+        # a GPU instance that got no CUDA provider would be timed on the CPU: say so instead
+        if (
+            args["model_instance_kind"] == "GPU"
+            and "CUDAExecutionProvider" not in self.session.get_providers()
+        ):
+            raise RuntimeError(f"CUDA execution provider not loaded: {self.session.get_providers()}")
         self.session_inputs = [i.name for i in self.session.get_inputs()]
         self.onnx_outputs = config["parameters"]["onnx_outputs"]["string_value"].split(",")
         self.outputs = [output["name"] for output in config["output"]]

@@ -1,5 +1,7 @@
 """A pipeline's post-processing as a python model of its own (benchmark anchor; client/pipelines.py): the
-pipeline's hooks.py postprocess, in torch, on this instance's device, one request at a time.
+pipeline's hooks.py postprocess, in torch, on this instance's device, once per execute as the hooked
+model runs it: the requests' tensors concatenated along the batch axis, post-processed in one call, the
+answer split back. So ensemble and BLS differ from the hooked model in their hops, not in batching.
 
 - Without parameter `downstream_model` (P_post, the ensemble's second step): the request holds the ONNX
   model's outputs (parameter `onnx_outputs`) and the client inputs the post-processing reads.
@@ -43,20 +45,24 @@ class TritonPythonModel:
     def _tensors(self, tensors):
         return {t.name(): torch.from_dlpack(t.to_dlpack()).to(self.device) for t in tensors}
 
-    def _answer(self, request, reply):
-        if reply is not None and reply.has_error():
-            return error_response(f"{self.downstream} answered an error: {reply.error().message()}")
-        try:
-            inputs = self._tensors(request.inputs())
-            if reply is None:  # the ensemble's step: the ONNX model's outputs came with the request
-                outputs = {name: inputs.pop(name) for name in self.onnx_outputs}
-            else:
-                outputs = self._tensors(reply.output_tensors())
-            answer = self.hooks.postprocess(outputs, inputs)
-            tensors = [pb_utils.Tensor.from_dlpack(n, answer[n].contiguous()) for n in self.outputs]
-            return pb_utils.InferenceResponse(output_tensors=tensors)
-        except Exception as error:
-            return error_response(f"post-processing failed: {type(error).__name__}: {error}")
+    def _tensors_of(self, request, reply):
+        """(client inputs, the ONNX model's outputs) of one request, as torch tensors on this device."""
+        inputs = self._tensors(request.inputs())
+        if reply is None:  # the ensemble's step: the ONNX model's outputs came with the request
+            return inputs, {name: inputs.pop(name) for name in self.onnx_outputs}
+        return inputs, self._tensors(reply.output_tensors())
+
+    def _post_process(self, gathered):
+        """gathered: (client inputs, ONNX outputs) of each request -> each request's output tensors."""
+        rows = [outputs[self.onnx_outputs[0]].shape[0] for _, outputs in gathered]
+        inputs = {n: torch.cat([i[n] for i, _ in gathered]) for n in gathered[0][0]}
+        outputs = {n: torch.cat([o[n] for _, o in gathered]) for n in self.onnx_outputs}
+        answer = self.hooks.postprocess(outputs, inputs)
+        parts = {n: answer[n].split(rows) for n in self.outputs}
+        return [
+            [pb_utils.Tensor.from_dlpack(n, parts[n][k].contiguous()) for n in self.outputs]
+            for k in range(len(gathered))
+        ]
 
     async def execute(self, requests):
         replies = [None] * len(requests)
@@ -71,4 +77,26 @@ class TritonPythonModel:
                 for request in requests
             ]
             replies = await asyncio.gather(*calls)
-        return [self._answer(request, reply) for request, reply in zip(requests, replies, strict=True)]
+        responses = [None] * len(requests)
+        gathered, where = [], []
+        for index, (request, reply) in enumerate(zip(requests, replies, strict=True)):
+            if reply is not None and reply.has_error():
+                responses[index] = error_response(
+                    f"{self.downstream} answered an error: {reply.error().message()}"
+                )
+                continue
+            try:
+                gathered.append(self._tensors_of(request, reply))
+                where.append(index)
+            except Exception as error:
+                responses[index] = error_response(f"bad request: {type(error).__name__}: {error}")
+        if gathered:
+            try:
+                for index, tensors in zip(where, self._post_process(gathered), strict=True):
+                    responses[index] = pb_utils.InferenceResponse(output_tensors=tensors)
+            except Exception as error:
+                for index in where:
+                    responses[index] = error_response(
+                        f"post-processing failed: {type(error).__name__}: {error}"
+                    )
+        return responses

@@ -79,3 +79,42 @@ def test_nms_drops_the_weaker_of_two_overlapping_boxes_and_what_scores_under_the
     assert got["scores"][0, :3].tolist() == pytest.approx([0.9, 0.7, 0.0])
     assert got["boxes"][0, :2].tolist() == [[0, 0, 32, 32], [100, 100, 132, 132]]
     assert not got["boxes"][0, 2:].any() and not got["scores"][0, 2:].any()
+
+
+def test_top_k_tolerates_a_near_tie_ordered_the_other_way_and_nothing_else() -> None:
+    agree = PIPELINES["classify_topk"].agree
+    scores = np.array([[0.40, 0.30, 0.2999, 0.20, 0.10]], np.float32)
+    reference: Arrays = {"top_scores": scores, "top_classes": np.array([[7, 3, 5, 1, 9]], np.int64)}
+    tied: Arrays = {"top_scores": scores, "top_classes": np.array([[7, 5, 3, 1, 9]], np.int64)}
+    assert agree(tied, reference) == []  # 0.30 and 0.2999 tie within 2e-3: either order
+    last: Arrays = {"top_scores": scores, "top_classes": np.array([[7, 3, 5, 1, 4]], np.int64)}
+    assert agree(last, reference) == []  # the 5th place may be the 6th class, at the same score
+    swapped: Arrays = {"top_scores": scores, "top_classes": np.array([[3, 7, 5, 1, 9]], np.int64)}
+    assert agree(swapped, reference) != []  # 0.40 and 0.30 do not tie
+    assert agree({**reference, "top_scores": scores * 1.01}, reference) != []
+
+
+def test_detections_must_keep_as_many_boxes_as_the_reference() -> None:
+    agree = PIPELINES["detect_nms"].agree
+    boxes = np.zeros((1, 20, 4), np.float32)
+    scores = np.zeros((1, 20), np.float32)
+    boxes[0, :10] = np.arange(40, dtype=np.float32).reshape(10, 4)
+    scores[0, :10] = np.linspace(0.9, 0.6, 10)
+    reference: Arrays = {"boxes": boxes, "scores": scores}
+    assert agree(reference, reference) == []
+    extra_boxes, extra_scores = boxes.copy(), scores.copy()
+    extra_boxes[0, 10:14] = 500.0
+    extra_scores[0, 10:14] = 0.55  # four boxes more than the reference keeps
+    assert agree({"boxes": extra_boxes, "scores": extra_scores}, reference) != []
+
+
+def test_the_native_backend_is_ngc_s_folder_only_where_it_holds_the_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from client import bench_pipelines
+
+    monkeypatch.setattr(bench_pipelines, "NGC_NATIVE", tmp_path)
+    assert bench_pipelines.native_backend(None) is None  # the stand-in image's empty folder
+    (tmp_path / "libtriton_onnxruntime.so").touch()
+    assert bench_pipelines.native_backend(None) == tmp_path
+    assert bench_pipelines.native_backend(Path("/given")) == Path("/given")
