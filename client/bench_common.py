@@ -184,8 +184,11 @@ def settled_device_used_mib(timeout_s: float = 20.0) -> float | None:
 
 
 def transport_for_ours() -> str:
-    import torch
-
+    """CUDA shared memory where this Python sees a GPU (through torch), else numpy over gRPC."""
+    try:
+        import torch
+    except ImportError:  # a client without torch (diagnostics.inflight_floor's Python 3.12 venv)
+        return "numpy"
     return "cuda-shm" if torch.cuda.is_available() else "numpy"
 
 
@@ -221,20 +224,24 @@ def host_environment() -> dict[str, str]:
     """The machine and stack a measurement ran on, for every benchmark's JSON. `cores`: the CPUs this
     process may use (its affinity), which is what the measurement had, not the machine's count."""
     import onnxruntime
-    import torch
+
+    try:
+        import torch
+    except ImportError:  # a client without torch (diagnostics.inflight_floor's Python 3.12 venv)
+        torch = None  # type: ignore[assignment]
 
     info = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": platform.node(),
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        "torch": torch.__version__ if torch is not None else "not installed",
         "onnxruntime": onnxruntime.__version__,
         "cpu": cpu_model(),
         "cores": str(len(os.sched_getaffinity(0))),
     }
     with contextlib.suppress(importlib.metadata.PackageNotFoundError):
         info["nvidia-pytriton"] = importlib.metadata.version("nvidia-pytriton")
-    if torch.cuda.is_available():
+    if torch is not None and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
         with contextlib.suppress(OSError, subprocess.CalledProcessError):
             info["driver"] = subprocess.run(

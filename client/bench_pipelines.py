@@ -41,7 +41,7 @@ from triton_ort.harness.server import NGC_BACKEND_DIRECTORY, exit_on_termination
 NGC_NATIVE = NGC_BACKEND_DIRECTORY / "onnxruntime"
 TARGET_RATE, TARGET_P50 = 1.3, 0.8
 """The hooked model against the ensemble and BLS: at least this many times their c=top throughput, at
-most this many times their c=1 p50 (issue 'where Python belongs')."""
+most this many times their c=1 p50."""
 
 
 def way_memory(server_pid: int, models: list[str]) -> dict[str, Any]:

@@ -28,6 +28,9 @@ def test_grpc_status_follows_the_error_code_in_both() -> None:
 def test_stub_restart_and_byte_size_check_change_at_2_47() -> None:
     assert release_for("2.46.0").restarts_killed_stub and not release_for("2.46.0").checks_input_byte_size
     assert not release_for("2.47.0").restarts_killed_stub and release_for("2.47.0").checks_input_byte_size
+    # the response sender on non-decoupled models came in the same release (python_backend#364, r24.06)
+    assert not release_for("2.46.0").answers_through_response_sender
+    assert release_for("2.47.0").answers_through_response_sender
     assert release_for("2.51.0").negative_dimension_grpc[1] == "input byte size mismatch"
 
 

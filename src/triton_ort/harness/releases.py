@@ -61,6 +61,12 @@ class Release:
     TRITONBACKEND_ModelInstanceExecute ("TODO: Implement restart", r24.10 src/python_be.cc:2291-2293); every
     later request is answered INTERNAL "Stub process is not healthy" (:1058-1061) until the model reloads."""
 
+    answers_through_response_sender: bool
+    """From 2.47 (24.06, python_backend#364 "Add support for response sender in the default mode") a
+    non-decoupled model's execute may return None and answer each request later through its response sender
+    with the FINAL flag (r24.10 src/pb_stub.cc ProcessReturnedResponses). 2.41 refuses any return but a list:
+    "Expected a list in the execute return, found type '<class 'NoneType'>'." (r23.12 src/pb_stub.cc:775)."""
+
     def status(self, protocol: str, code: ErrorCode) -> str:
         """The status a client sees for an error of `code`: an HTTP code ('400') or 'StatusCode.X'."""
         if protocol == "grpc":
@@ -84,6 +90,7 @@ def _release(version: tuple[int, int]) -> Release:
         ),
         restarts_killed_stub=version < (2, 47),
         carries_bf16=version >= (2, 49),  # load_checks.BF16_FIRST_RELEASE (harness imports no torch)
+        answers_through_response_sender=version >= (2, 47),
     )
 
 
