@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from client.bench_common import (
     ROOT,
     add_point_arguments,
@@ -98,6 +100,8 @@ def bench_pipeline(
         "batch": args.batch,
         "ways": measure_ways(pipeline, repository, work, ways, args),
     }
+    if args.profile:
+        result["hooked_steps"] = profile_hooked(pipeline, repository, work, args)
     if native_way:
         try:
             backends = {"onnxruntime": native}
@@ -107,6 +111,29 @@ def bench_pipeline(
                 f"{pipeline.name}: {NATIVE_WAY} could not be measured: {str(error)[-2000:]}", file=sys.stderr
             )
     return result
+
+
+def profile_hooked(
+    pipeline: Pipeline, repository: Path, work: Workload, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Where the hooked model's time goes: per-step medians (µs) of its executes at c=1, from the library's
+    debug records, in a server of its own with debug logging on (so that the logging's cost stays out of
+    the measured points). infer_total less bind, ort_run and device_to_host is the runtime's own and the
+    hooks' share."""
+    from triton_ort.runtime.stats import ExecuteStats
+
+    name = pipeline.models()["hooked"][0]
+    debug_log = {"TRITON_ORT_LOG_LEVEL": "DEBUG"}
+    with serving(repository, [name], log_verbose=1, env=debug_log) as server:
+        start = len(server.log())
+        print(f"profiling {name} c=1", file=sys.stderr, flush=True)
+        measure_point(server.grpc_url, name, work, 1, args, agree=pipeline.agree)
+        records = ExecuteStats.from_log(server.log()[start:])
+    steps = sorted({step for record in records for step in record.steps_us})
+    return {
+        "executes": len(records),
+        "steps_us_p50": {s: float(np.median([r.steps_us.get(s, 0.0) for r in records])) for s in steps},
+    }
 
 
 def native_backend(given: Path | None) -> Path | None:
@@ -190,6 +217,9 @@ def main() -> None:
         help="Triton's native onnxruntime backend folder, for the ensemble with a native ONNX member "
         f"(default: {NGC_NATIVE} where it holds libtriton_onnxruntime.so)",
     )
+    parser.add_argument(
+        "--profile", action="store_true", help="also time the hooked model's steps per execute (debug server)"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "pipelines.json")
     args = parser.parse_args()
     native = native_backend(args.native_backend)
@@ -215,6 +245,10 @@ def main() -> None:
         result["hooked_against"] = ratios(result, low, top)
     write_report(args.out, report)
     print(tables(report["pipelines"], low, top))
+    for name, result in report["pipelines"].items():
+        if "hooked_steps" in result:
+            steps = ", ".join(f"{k} {v:.0f}" for k, v in result["hooked_steps"]["steps_us_p50"].items())
+            print(f"{name} hooked, per execute at c=1, p50 us (debug server): {steps}")
     print(f"\nresults: {args.out}")
 
 

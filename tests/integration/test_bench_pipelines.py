@@ -1,6 +1,7 @@
 """The pipelines' benchmark as a user runs it (python -m client.bench_pipelines), tiny: every way of every
 pipeline is served by a real tritonserver, answers right (the benchmark checks each way's answer against
-the reference before timing it and stops on a wrong one), is measured, and has its memory read."""
+the reference before timing it and stops on a wrong one), is measured, and has its memory read; with
+--profile the hooked model's steps per execute are read from its debug records."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def test_every_way_of_every_pipeline_answers_right_and_is_measured(tmp_path: Pat
     command = [
         *(sys.executable, "-m", "client.bench_pipelines", "--repository", str(tmp_path / "repository")),
         *("--seconds", "0.2", "--warmup", "0", "--client-processes", "1", "--concurrency", "1", "2"),
-        *("--batch", "4", "--out", str(out)),
+        *("--batch", "4", "--profile", "--out", str(out)),
     ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -41,5 +42,7 @@ def test_every_way_of_every_pipeline_answers_right_and_is_measured(tmp_path: Pat
             assert entry["memory"]["stubs"] == stubs, (name, way, entry["memory"])
             assert entry["memory"]["stub_rss_mib"] > 0
         assert set(measured["hooked_against"]) == ways - {"hooked"}
+        steps = measured["hooked_steps"]  # --profile: the hooked model's own steps, from its debug records
+        assert steps["executes"] > 0 and steps["steps_us_p50"]["ort_run"] > 0, steps
     assert "the hooked model against each way" in result.stdout
     assert native or "no native onnxruntime backend" in result.stderr
