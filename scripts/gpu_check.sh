@@ -8,13 +8,14 @@
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh reliability   # tests/reliability alone (~317 s)
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh bench [models...]   # the smoke check and the benchmark
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh pipelines [args...] # client.bench_pipelines (docs/pipelines.md)
+#   OUT=/tmp/gpu-out bash scripts/gpu_check.sh inflight      # profile_lanes + inflight_floor (docs/inflight.md)
 # Logs and summary-<mode>.txt go to $OUT (JUnit XML to a temporary folder); the summary table (tier, passed, failed, errors,
 # skipped, seconds) is printed last. Exit status non-zero if any tier failed or did not finish.
 set -uo pipefail
 MODE=${1:-}
 case "$MODE" in
-  tiers | reliability | bench | pipelines) shift ;;
-  *) echo "usage: OUT=DIR bash scripts/gpu_check.sh tiers|reliability|bench [bench-models...]|pipelines [args...]" >&2; exit 2 ;;
+  tiers | reliability | bench | pipelines | inflight) shift ;;
+  *) echo "usage: OUT=DIR bash scripts/gpu_check.sh tiers|reliability|bench [models...]|pipelines [args...]|inflight" >&2; exit 2 ;;
 esac
 OUT=${OUT:-/tmp/gpu-out}
 HOST_PYTHON=${HOST_PYTHON:-python3}
@@ -37,6 +38,21 @@ if [ "$MODE" = bench ]; then
   # No --profile here (the debug server's per-step timers, about a minute more): `make bench` has them.
   "$PYTHON" -m client.bench --models ${*:-demo mlp4096} $mps --out "$OUT/bench-gpu.json" \
     2>"$OUT/bench-progress.log" | tee "$OUT/bench.log" || status=1
+  exit $status
+fi
+if [ "$MODE" = inflight ]; then
+  # ORT's lanes on the GPU (the mlp4096 and the demo, 1, 2 and 4 lanes), then the stub's own in-flight floor
+  # with the mlp4096's shape per request (300 us of Python, 0.5 ms on the GPU) and with a plain 2 ms wait
+  "$PYTHON" scripts/build_models.py --bench --out bench_repository --models demo mlp4096 > /dev/null || exit 1
+  for spec in "mlp4096 1024" "demo 100"; do
+    read -r model batch <<< "$spec"
+    "$PYTHON" -m diagnostics.profile_lanes --onnx "bench_repository/$model/1/model.onnx" --batch "$batch" \
+      --lanes 1 2 4 --json "$OUT/lanes-$model.json" 2>&1 | tee -a "$OUT/inflight.log" || status=1
+  done
+  "$PYTHON" -m diagnostics.inflight_floor --lanes 1 2 4 8 --wait-ms 0.5 --hold-us 300 \
+    --json "$OUT/inflight-floor-mlp4096-shape.json" 2>&1 | tee -a "$OUT/inflight.log" || status=1
+  "$PYTHON" -m diagnostics.inflight_floor --lanes 1 2 4 8 --wait-ms 2 \
+    --json "$OUT/inflight-floor-2ms.json" 2>&1 | tee -a "$OUT/inflight.log" || status=1
   exit $status
 fi
 if [ "$MODE" = pipelines ]; then
