@@ -298,7 +298,20 @@ def export(pipeline: Pipeline, path: Path) -> None:
             opset_version=OPSET,
             dynamo=False,
         )
-    save_model(onnx.load(str(path)), path)  # the IR version the opset needs (scripts/build_models.py)
+    model = onnx.load(str(path))
+    # The exporter leaves some outputs' inner dims symbolic where its shape inference stops (the detector's
+    # anchor_scores: [batch, ?]); Triton's native backend then refuses a config that gives them. Declare
+    # them as a run of the module has them.
+    with torch.no_grad():
+        produced = module(*example)
+    for output, tensor in zip(model.graph.output, _as_tuple(produced), strict=True):
+        for dim, size in list(zip(output.type.tensor_type.shape.dim, tensor.shape, strict=True))[1:]:
+            dim.dim_value = int(size)  # setting the value clears the symbolic name (a oneof)
+    save_model(model, path)  # the IR version the opset needs (scripts/build_models.py)
+
+
+def _as_tuple(produced: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    return produced if isinstance(produced, tuple) else (produced,)
 
 
 # --- the repository ---------------------------------------------------------------------------------

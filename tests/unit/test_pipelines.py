@@ -118,3 +118,15 @@ def test_the_native_backend_is_ngc_s_folder_only_where_it_holds_the_library(
     (tmp_path / "libtriton_onnxruntime.so").touch()
     assert bench_pipelines.native_backend(None) == tmp_path
     assert bench_pipelines.native_backend(Path("/given")) == Path("/given")
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_exported_outputs_declare_every_inner_dim(name: str, onnx_files: dict[str, Path]) -> None:
+    """Triton's native onnxruntime backend refuses a config that gives a dim the model leaves open
+    ('the model expects ... shape [-1,-1]'): only the batch axis stays open."""
+    import onnx
+
+    for output in onnx.load(str(onnx_files[name])).graph.output:
+        dims = output.type.tensor_type.shape.dim
+        assert dims[0].dim_param == "batch", output.name
+        assert all(dim.HasField("dim_value") for dim in dims[1:]), (output.name, dims)
