@@ -51,9 +51,13 @@ except ImportError:  # a host with a preinstalled stack and no package index: no
 
 from client.bench_common import (
     BATCH,
+    NGC_NATIVE_BACKEND,
     ROOT,
+    add_native_backend_argument,
     aligned,
+    execute_steps,
     host_environment,
+    native_backend_folder,
     serving,
     sync_load,
     transport_for_ours,
@@ -61,11 +65,8 @@ from client.bench_common import (
 )
 from client.load import Workload, load_in_processes, request_workers
 from triton_ort.harness.reference import compare
-from triton_ort.harness.server import NGC_BACKEND_DIRECTORY, exit_on_termination
+from triton_ort.harness.server import exit_on_termination
 from triton_ort.harness.transport import STAGES, ModelStatistics
-
-NGC_NATIVE_BACKEND = NGC_BACKEND_DIRECTORY / "onnxruntime"
-"""Where NGC's tritonserver images keep the native onnxruntime backend."""
 
 
 @dataclass
@@ -293,8 +294,6 @@ def profile_executes(repository: Path, models: list[str], args: argparse.Namespa
     """Per-step medians (µs) of our code inside the real stub at c=1 (the library's execute records), from
     a second server with debug logging on, so that the logging's cost stays out of the main measurements.
     On a GPU, for each output placement too."""
-    from triton_ort.runtime.stats import ExecuteStats
-
     suffixes = ["", "_host", "_device"] if torch.cuda.is_available() else [""]
     served = [model + suffix for model in models for suffix in suffixes]
     profiles: dict[str, Any] = {}
@@ -304,15 +303,7 @@ def profile_executes(repository: Path, models: list[str], args: argparse.Namespa
             work = Workload.build(model, repository, args.batch or BATCH[model])
             start = len(server.log())
             measure_server(server.grpc_url, model, name, "ours", transport_for_ours(), 1, work, args, False)
-            records = ExecuteStats.from_log(server.log()[start:])
-            steps = sorted({step for record in records for step in record.steps_us})
-            profiles[name] = {
-                "executes": len(records),
-                "outputs_on_host": sum(r.outputs_on_host for r in records),
-                "steps_us_p50": {
-                    step: float(np.median([r.steps_us.get(step, 0.0) for r in records])) for step in steps
-                },
-            }
+            profiles[name] = execute_steps(server.log()[start:])
     return profiles
 
 
@@ -386,7 +377,7 @@ def measure_native(
     """Triton's native onnxruntime backend on the same ONNX file (`<model>_native`), by a server of its own
     that has the backend's folder (--native-backend; NGC's images have it at NGC_NATIVE_BACKEND); where
     there is none, one line says so and nothing is measured."""
-    folder = args.native_backend or (NGC_NATIVE_BACKEND if NGC_NATIVE_BACKEND.is_dir() else None)
+    folder = native_backend_folder(args.native_backend)
     if folder is None:
         _note(
             f"{model}: native onnxruntime backend: skipped, this host has none (give its folder with "
@@ -671,13 +662,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=0.5)
     parser.add_argument("--min-requests", type=int, default=20)
     parser.add_argument("--skip-pytriton", action="store_true")
-    parser.add_argument(
-        "--native-backend",
-        type=Path,
-        metavar="DIR",
-        help="the folder of Triton's native onnxruntime backend (libtriton_onnxruntime.so), built for this "
-        f"tritonserver's release, to measure it beside ours (default: {NGC_NATIVE_BACKEND} where it exists)",
-    )
+    add_native_backend_argument(parser, "to measure it beside ours")
     parser.add_argument(
         "--profile", action="store_true", help="also time our code per execute (debug server)"
     )

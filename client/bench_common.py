@@ -24,6 +24,7 @@ import tritonclient.grpc as grpcclient
 from client.load import Workload, load_in_processes, request_workers
 from triton_ort.harness.processes import MIB, MemorySnapshot, gpu_memory_by_pid, stub_processes
 from triton_ort.harness.reference import compare
+from triton_ort.harness.server import NGC_BACKEND_DIRECTORY
 from triton_ort.harness.transport import ModelStatistics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,6 +134,46 @@ def add_point_arguments(
     parser.add_argument("--client-processes", type=int, default=client_processes)
     parser.add_argument("--seconds", type=float, default=2.0, help="measured seconds per point")
     parser.add_argument("--warmup", type=float, default=warmup)
+
+
+NGC_NATIVE_BACKEND = NGC_BACKEND_DIRECTORY / "onnxruntime"
+"""Where NGC's tritonserver images keep the native onnxruntime backend."""
+NATIVE_LIBRARY = "libtriton_onnxruntime.so"
+
+
+def native_backend_folder(given: Path | None) -> Path | None:
+    """The native onnxruntime backend's folder: the one given, else NGC's where it holds the backend's
+    library (the project's stand-in image has the folder without it); None where there is none."""
+    if given is not None:
+        return given
+    return NGC_NATIVE_BACKEND if (NGC_NATIVE_BACKEND / NATIVE_LIBRARY).is_file() else None
+
+
+def add_native_backend_argument(parser: argparse.ArgumentParser, purpose: str) -> None:
+    """--native-backend DIR, which native_backend_folder reads."""
+    parser.add_argument(
+        "--native-backend",
+        type=Path,
+        metavar="DIR",
+        help=f"the folder of Triton's native onnxruntime backend ({NATIVE_LIBRARY}), built for this "
+        f"tritonserver's release, {purpose} (default: {NGC_NATIVE_BACKEND} where it holds that library)",
+    )
+
+
+def execute_steps(log_text: str) -> dict[str, Any]:
+    """Our code's executes in a debug server's log (the library's execute records): how many, how many
+    answered from host memory, and each step's median (µs)."""
+    from triton_ort.runtime.stats import ExecuteStats
+
+    records = ExecuteStats.from_log(log_text)
+    steps = sorted({step for record in records for step in record.steps_us})
+    return {
+        "executes": len(records),
+        "outputs_on_host": sum(r.outputs_on_host for r in records),
+        "steps_us_p50": {
+            step: float(np.median([r.steps_us.get(step, 0.0) for r in records])) for step in steps
+        },
+    }
 
 
 def report_of(module: str, **content: Any) -> dict[str, Any]:

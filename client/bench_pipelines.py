@@ -24,23 +24,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from client.bench_common import (
+    NGC_NATIVE_BACKEND,
     ROOT,
+    add_native_backend_argument,
     add_point_arguments,
     aligned,
-    host_environment,
+    execute_steps,
     measure_point,
+    native_backend_folder,
+    report_of,
     serving,
     write_report,
 )
 from client.load import Workload
 from client.pipelines import NATIVE_WAY, PIPELINES, Pipeline, write_repository
 from triton_ort.harness.processes import MIB, MemorySnapshot, stub_processes
-from triton_ort.harness.server import NGC_BACKEND_DIRECTORY, exit_on_termination
+from triton_ort.harness.server import exit_on_termination
 
-NGC_NATIVE = NGC_BACKEND_DIRECTORY / "onnxruntime"
 TARGET_RATE, TARGET_P50 = 1.3, 0.8
 """The hooked model against the ensemble and BLS: at least this many times their c=top throughput, at
 most this many times their c=1 p50."""
@@ -116,32 +117,16 @@ def bench_pipeline(
 def profile_hooked(
     pipeline: Pipeline, repository: Path, work: Workload, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """Where the hooked model's time goes: per-step medians (µs) of its executes at c=1, from the library's
-    debug records, in a server of its own with debug logging on (so that the logging's cost stays out of
-    the measured points). infer_total less bind, ort_run and device_to_host is the runtime's own and the
-    hooks' share."""
-    from triton_ort.runtime.stats import ExecuteStats
-
+    """Where the hooked model's time goes: its steps per execute at c=1 (bench_common.execute_steps), in a
+    server of its own with debug logging on (so that the logging's cost stays out of the measured points).
+    infer_total less bind, ort_run and device_to_host is the runtime's own and the hooks' share."""
     name = pipeline.models()["hooked"][0]
     debug_log = {"TRITON_ORT_LOG_LEVEL": "DEBUG"}
     with serving(repository, [name], log_verbose=1, env=debug_log) as server:
         start = len(server.log())
         print(f"profiling {name} c=1", file=sys.stderr, flush=True)
         measure_point(server.grpc_url, name, work, 1, args, agree=pipeline.agree)
-        records = ExecuteStats.from_log(server.log()[start:])
-    steps = sorted({step for record in records for step in record.steps_us})
-    return {
-        "executes": len(records),
-        "steps_us_p50": {s: float(np.median([r.steps_us.get(s, 0.0) for r in records])) for s in steps},
-    }
-
-
-def native_backend(given: Path | None) -> Path | None:
-    """The native onnxruntime backend's folder: the one given, else NGC's where it holds the backend's
-    library (the project's stand-in image has the folder without it)."""
-    if given is not None:
-        return given
-    return NGC_NATIVE if (NGC_NATIVE / "libtriton_onnxruntime.so").is_file() else None
+        return execute_steps(server.log()[start:])
 
 
 def ratios(result: dict[str, Any], low: str, top: str) -> dict[str, dict[str, float]]:
@@ -210,31 +195,21 @@ def main() -> None:
     parser.add_argument("--pipelines", nargs="+", default=sorted(PIPELINES), choices=sorted(PIPELINES))
     parser.add_argument("--batch", type=int, default=8, help="rows per request (default 8)")
     parser.add_argument("--concurrency", type=int, nargs=2, default=[1, 16], metavar=("LOW", "TOP"))
-    parser.add_argument(
-        "--native-backend",
-        type=Path,
-        metavar="DIR",
-        help="Triton's native onnxruntime backend folder, for the ensemble with a native ONNX member "
-        f"(default: {NGC_NATIVE} where it holds libtriton_onnxruntime.so)",
-    )
+    add_native_backend_argument(parser, "for the ensemble with a native ONNX member")
     parser.add_argument(
         "--profile", action="store_true", help="also time the hooked model's steps per execute (debug server)"
     )
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "pipelines.json")
     args = parser.parse_args()
-    native = native_backend(args.native_backend)
+    native = native_backend_folder(args.native_backend)
     if native is None:
         print(
             "the ensemble with a native ONNX member: skipped, this host has no native onnxruntime backend "
-            f"(--native-backend DIR; NGC's tritonserver images have it at {NGC_NATIVE})",
+            f"(--native-backend DIR; NGC's tritonserver images have it at {NGC_NATIVE_BACKEND})",
             file=sys.stderr,
         )
     built = write_repository(args.repository, args.pipelines, native=native is not None)
-    report: dict[str, Any] = {
-        "environment": host_environment(),
-        "command": " ".join(["python -m client.bench_pipelines", *sys.argv[1:]]),
-        "pipelines": {},
-    }
+    report = report_of("client.bench_pipelines", pipelines={})
     for name in args.pipelines:
         report["pipelines"][name] = bench_pipeline(
             PIPELINES[name], args.repository, built[name], native, args

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from client.bench_common import aligned, host_environment, measure_point, serving, write_report
+from client.bench_common import aligned, measure_point, report_of, serving, write_report
 from client.load import Workload
 
 MODEL_PY = """
@@ -149,9 +149,8 @@ def main() -> None:
     )
     if args.json:
         settings = {k: getattr(args, k) for k in ("lanes", "wait_ms", "hold_us", "concurrency", "seconds")}
-        command = " ".join(["python -m diagnostics.inflight_floor", *sys.argv[1:]])
-        report = {"environment": host_environment(), "command": command, "server_version": version}
-        write_report(args.json, {**report, **settings, "results": results})
+        report = report_of("diagnostics.inflight_floor", server_version=version, **settings, results=results)
+        write_report(args.json, report)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from client.bench_common import DEMO_ONNX, host_environment, write_report
+from client.bench_common import DEMO_ONNX, report_of, write_report
 from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
 
 
@@ -181,13 +181,13 @@ def main() -> None:
             f"sync {r['sync_wait_us']:.0f}"
         )
     if args.json:
-        report = {
-            "environment": host_environment(),
-            "onnx": args.onnx.name,
-            "batch": args.batch,
-            "seconds": args.seconds,
-            "results": results,
-        }
+        report = report_of(
+            "diagnostics.profile_lanes",
+            onnx=args.onnx.name,
+            batch=args.batch,
+            seconds=args.seconds,
+            results=results,
+        )
         write_report(args.json, report)
 
 

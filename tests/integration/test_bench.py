@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from client.bench import NGC_NATIVE_BACKEND
+from client.bench_common import NGC_NATIVE_BACKEND, native_backend_folder
 from client.bench_plot import draw
 from tests.support.paths import ROOT
 
@@ -90,7 +90,7 @@ def test_tables_are_aligned(bench_run: tuple[subprocess.CompletedProcess[str], P
 def test_the_native_backend_is_skipped_in_one_line_where_the_host_has_none(
     bench_run: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
-    if NGC_NATIVE_BACKEND.is_dir():
+    if native_backend_folder(None) is not None:
         pytest.skip(f"this host has the native onnxruntime backend ({NGC_NATIVE_BACKEND}): it is measured")
     result, work = bench_run
     said = [line for line in result.stderr.splitlines() if "native onnxruntime backend" in line]

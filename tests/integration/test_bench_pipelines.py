@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from client.bench_pipelines import native_backend
+from client.bench_common import native_backend_folder
 from client.pipelines import NATIVE_WAY, PIPELINES, WAYS
 from tests.support.paths import ROOT
 
@@ -30,7 +30,7 @@ def test_every_way_of_every_pipeline_answers_right_and_is_measured(tmp_path: Pat
     assert result.returncode == 0, result.stderr[-4000:]
     assert "WRONG ANSWER" not in result.stdout + result.stderr
     report = json.loads(out.read_text())
-    native = native_backend(None) is not None  # NGC's images have it; elsewhere the way is skipped
+    native = native_backend_folder(None) is not None  # NGC's images have it; elsewhere the way is skipped
     ways = {*WAYS, NATIVE_WAY} if native else set(WAYS)
     assert set(report["pipelines"]) == set(PIPELINES)
     for name, measured in report["pipelines"].items():

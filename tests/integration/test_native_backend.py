@@ -18,26 +18,23 @@ from pathlib import Path
 
 import pytest
 
+from client.bench_common import NATIVE_LIBRARY, native_backend_folder
 from tests.support.launcher import READY, launch, launcher_command
 from tests.support.paths import ROOT
-from triton_ort.harness.server import NGC_BACKEND_DIRECTORY, free_ports
+from triton_ort.harness.server import free_ports
 
 pytestmark = pytest.mark.integration
-
-LIBRARY = "libtriton_onnxruntime.so"
 
 
 def native_folder() -> Path | None:
     given = os.environ.get("TRITON_ORT_NATIVE_BACKEND")
-    if given:
-        return Path(given)
-    ngc = NGC_BACKEND_DIRECTORY / "onnxruntime"
-    return ngc if (ngc / LIBRARY).is_file() else None
+    return native_backend_folder(Path(given) if given else None)
 
 
 @pytest.mark.skipif(
     native_folder() is None,
-    reason=f"no native onnxruntime backend here (TRITON_ORT_NATIVE_BACKEND=DIR, a folder with {LIBRARY})",
+    reason="no native onnxruntime backend here "
+    f"(TRITON_ORT_NATIVE_BACKEND=DIR, a folder with {NATIVE_LIBRARY})",
 )
 def test_perf_compares_ours_with_a_real_native_backend_served_beside_it(tmp_path: Path) -> None:
     folder = native_folder()

@@ -111,13 +111,13 @@ def test_detections_must_keep_as_many_boxes_as_the_reference() -> None:
 def test_the_native_backend_is_ngc_s_folder_only_where_it_holds_the_library(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from client import bench_pipelines
+    from client import bench_common
 
-    monkeypatch.setattr(bench_pipelines, "NGC_NATIVE", tmp_path)
-    assert bench_pipelines.native_backend(None) is None  # the stand-in image's empty folder
+    monkeypatch.setattr(bench_common, "NGC_NATIVE_BACKEND", tmp_path)
+    assert bench_common.native_backend_folder(None) is None  # the stand-in image's empty folder
     (tmp_path / "libtriton_onnxruntime.so").touch()
-    assert bench_pipelines.native_backend(None) == tmp_path
-    assert bench_pipelines.native_backend(Path("/given")) == Path("/given")
+    assert bench_common.native_backend_folder(None) == tmp_path
+    assert bench_common.native_backend_folder(Path("/given")) == Path("/given")
 
 
 @pytest.mark.parametrize("name", sorted(PIPELINES))
