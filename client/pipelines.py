@@ -40,6 +40,7 @@ from numpy.typing import NDArray
 
 from client.bench_common import close_to_reference
 from client.load import Workload
+from triton_ort.model.dtypes import from_onnx_type, from_triton_type
 from triton_ort.model.onnx_files import OPSET, save_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -316,12 +317,6 @@ def _as_tuple(produced: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.
 
 # --- the repository ---------------------------------------------------------------------------------
 
-TRITON_TYPES = {
-    "tensor(float)": "TYPE_FP32",
-    "tensor(int64)": "TYPE_INT64",
-    "FP32": "TYPE_FP32",
-    "INT64": "TYPE_INT64",
-}
 Tensor = tuple[str, str, list[int]]
 """(name, TYPE_..., dims without the batch axis)."""
 
@@ -334,7 +329,8 @@ def _onnx_io(pipeline: Pipeline, path: Path) -> tuple[list[Tensor], list[Tensor]
     session = InferenceSession(str(path), providers=["CPUExecutionProvider"])
     inputs = pipeline.make_inputs(2, np.random.default_rng(0))
     outputs = session.run(list(pipeline.onnx_outputs), inputs)
-    types = {e.name: TRITON_TYPES[e.type] for e in (*session.get_inputs(), *session.get_outputs())}
+    nodes = (*session.get_inputs(), *session.get_outputs())
+    types = {e.name: from_onnx_type(e.type, f"{path.name}: {e.name}").config_name for e in nodes}
 
     def tensors(arrays: Arrays) -> list[Tensor]:
         return [(name, types[name], list(array.shape[1:])) for name, array in arrays.items()]
@@ -344,7 +340,10 @@ def _onnx_io(pipeline: Pipeline, path: Path) -> tuple[list[Tensor], list[Tensor]
 
 def _client_io(hooks: ModuleType) -> tuple[list[Tensor], list[Tensor]]:
     def tensors(declared: dict[str, tuple[str, list[int]]]) -> list[Tensor]:
-        return [(name, TRITON_TYPES[kind], list(dims[1:])) for name, (kind, dims) in declared.items()]
+        return [
+            (name, from_triton_type(kind, f"hooks {name}").config_name, list(dims[1:]))
+            for name, (kind, dims) in declared.items()
+        ]
 
     return tensors(hooks.INPUTS), tensors(hooks.OUTPUTS)
 
