@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Literal
 
 # The names of pb_utils.TritonError's code constants (python_backend src/pb_stub.cc, r23.12 and later).
-TritonCode = Literal["INVALID_ARG", "INTERNAL", "UNAVAILABLE"]
+TritonCode = Literal["INVALID_ARG", "INTERNAL", "UNAVAILABLE", "CANCELLED"]
 
 
 class TritonOrtError(Exception):
@@ -48,6 +48,10 @@ class Unavailable(InferenceError):
     retryable = True
 
 
+class Cancelled(TritonOrtError):
+    """The client cancelled the request before it ran (a request kept in flight: runtime/inflight.py)."""
+
+
 def unreadable_onnx_file(path: object, detail: object) -> ConfigError:
     """The one message for an ONNX file that cannot be parsed, whoever reads it (the onnx package at
     auto-complete and in `triton-ort config`, ONNX Runtime at load), with the reader's own error after it."""
@@ -58,6 +62,8 @@ def triton_code(error: BaseException) -> TritonCode:
     """The pb_utils.TritonError code name for a request's failure (the adapter maps name -> constant)."""
     if isinstance(error, InputError):
         return "INVALID_ARG"
+    if isinstance(error, Cancelled):
+        return "CANCELLED"
     if isinstance(error, InferenceError) and error.retryable:
         return "UNAVAILABLE"
     return "INTERNAL"

@@ -38,11 +38,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .runtime.stats import RunnerStats
+from .runtime.stats import RunnerStats, total_stats
 
 LOGGER = logging.getLogger(__name__)
 
@@ -194,12 +194,18 @@ class InstanceMetrics:
             "pid": str(os.getpid() if pid is None else pid),
         }
         self._flush_interval_s = flush_interval_s
-        # Held by an execute while it runs and counts (ModelInstance.infer), and by a flush while it reads
-        # what is unsent: the runner's totals are read between executes.
-        self.lock = threading.Lock()
-        # Executes, requests and rows not yet sent: an execute only adds here (cheap); flush() sends them
-        # with what the runner's totals (`_stats`) gained since the last send (`_last`).
+        # One lock per lane (one lane unless the instance keeps requests in flight: runtime/inflight.py),
+        # held by the lane while it runs and counts (ModelInstance.infer) and by a flush while it reads that
+        # lane's runner totals, which are thus read between runs; lanes never wait for each other.
+        self.locks = [threading.Lock()]
+        # Executes, requests and rows not yet sent, and (in flight) the seconds requests took: an execute
+        # only adds here (cheap); flush() sends them with what the runners' totals (`_stats`) gained since
+        # the last send (`_last`).
+        self._pending_lock = threading.Lock()
         self._pending = [0, 0, 0]
+        self._request_seconds = 0.0
+        self._in_flight: Callable[[], int] | None = None
+        self._in_flight_sent = 0
         self._on_device = False
         self._wake = threading.Event()  # set by an execute: there is something to send
         self._stop = threading.Event()
@@ -234,27 +240,61 @@ class InstanceMetrics:
             self.labels,
         )
         self._last = RunnerStats()
-        self._stats = self._last
+        self._stats = [self._last]
 
-    def loaded(self, stats: RunnerStats, cpu_fallback: bool) -> None:
-        """Report what the load decided; counting starts from `stats` (warm-up runs are not counted), and
-        the sender thread starts."""
+    @property
+    def lock(self) -> threading.Lock:
+        """The first lane's lock: the one lane of a classic instance."""
+        return self.locks[0]
+
+    def loaded(
+        self,
+        stats: RunnerStats | Sequence[RunnerStats],
+        cpu_fallback: bool,
+        in_flight: Callable[[], int] | None = None,
+    ) -> None:
+        """Report what the load decided; counting starts from `stats`, one runner's totals per lane
+        (warm-up runs are not counted), and the sender thread starts. `in_flight`: the requests queued or
+        running now, for an instance that keeps them in flight."""
         self._cpu_fallback.set(1.0 if cpu_fallback else 0.0)
-        self._last = stats.snapshot()
-        self._stats = stats
+        lanes = [stats] if isinstance(stats, RunnerStats) else list(stats)
+        self.locks = [threading.Lock() for _ in lanes]
+        self._stats = lanes
+        self._last = total_stats(s.snapshot() for s in lanes)
+        if in_flight is not None:
+            self._in_flight = in_flight
+            self._in_flight_gauge = self._backend.gauge(
+                PREFIX + "inflight_requests", "Requests queued or running in this instance now", self.labels
+            )
+            self._request_seconds_counter = self._backend.counter(
+                PREFIX + "request_seconds_total",
+                "Seconds from execute() receiving each request to its answer being sent (instances that "
+                "keep requests in flight, whose execute returns before its requests are answered)",
+                self.labels,
+            )
         if self._sender is None:
             self._sender = threading.Thread(target=self._send_loop, name="triton_ort metrics", daemon=True)
             self._sender.start()
 
-    def record_execute(self, stats: RunnerStats, requests: int, rows: int, on_device: bool) -> None:
-        """One execute(): its requests and rows; the runner's totals are `stats`. The caller holds `lock`.
-        An execute only adds three numbers and wakes the sender; what the runner's totals gained is worked
-        out when the counts are sent."""
-        pending = self._pending
-        pending[0] += 1
-        pending[1] += requests
-        pending[2] += rows
-        self._stats, self._on_device = stats, on_device
+    def record_execute(
+        self, stats: RunnerStats, requests: int, rows: int, on_device: bool, lane: int = 0
+    ) -> None:
+        """One execute() (in flight: one lane's run of what it took): its requests and rows; the lane's
+        runner totals are `stats`. The caller holds that lane's lock. An execute only adds three numbers
+        and wakes the sender; what the runners' totals gained is worked out when the counts are sent."""
+        with self._pending_lock:
+            pending = self._pending
+            pending[0] += 1
+            pending[1] += requests
+            pending[2] += rows
+        self._stats[lane], self._on_device = stats, on_device
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def record_answered(self, seconds: float) -> None:
+        """One request answered in flight, `seconds` after execute() received it."""
+        with self._pending_lock:
+            self._request_seconds += seconds
         if not self._wake.is_set():
             self._wake.set()
 
@@ -279,12 +319,25 @@ class InstanceMetrics:
     def flush(self) -> None:
         """Send every count not yet sent (only counters that changed: each is a round trip)."""
         with self._send_lock:
-            with self.lock:  # between executes: the runner's totals are not changing
-                stats, last = self._stats.snapshot(), self._last
+            snapshots = []
+            for lock, lane_stats in zip(self.locks, self._stats, strict=True):
+                with lock:  # between this lane's runs: its runner's totals are not changing
+                    snapshots.append(lane_stats.snapshot())
+            stats = total_stats(snapshots)
+            last, self._last = self._last, stats
+            with self._pending_lock:
                 pending, self._pending = self._pending, [0, 0, 0]
-                self._last = stats
-                on_device = self._on_device
-            unsent = dict(zip((self._executes, self._requests, self._rows), pending, strict=True))
+                request_seconds, self._request_seconds = self._request_seconds, 0.0
+            on_device = self._on_device
+            unsent: dict[Counter, float] = dict(
+                zip((self._executes, self._requests, self._rows), pending, strict=True)
+            )
+            if self._in_flight is not None:
+                unsent[self._request_seconds_counter] = request_seconds
+                in_flight = self._in_flight()
+                if in_flight != self._in_flight_sent:  # a gauge set is a round trip too
+                    self._in_flight_gauge.set(float(in_flight))
+                    self._in_flight_sent = in_flight
             for stat, metric in self._runner:
                 unsent[metric] = getattr(stats, stat) - getattr(last, stat)
             if on_device:

@@ -30,11 +30,12 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_ort import InferenceError, ModelInstance, TritonOrtError, triton_code
-from triton_ort.metrics import triton_instance_metrics
+from triton_ort.metrics import request_rows, triton_instance_metrics
 from triton_ort.model.autocomplete import apply_completed, complete_config, zero_copy_warning
 from triton_ort.model.dtypes import from_torch_dtype
 from triton_ort.runtime.arrays import require_torch
 from triton_ort.runtime.copy_counter import copy_counting_enabled, count_host_device_copies
+from triton_ort.runtime.inflight import Pending
 
 LOGGER = logging.getLogger("triton_ort.backend")
 
@@ -83,6 +84,20 @@ def _read_inputs(request: pb_utils.InferenceRequest, on_numpy: bool) -> dict[str
                 ) from error
             tensors[tensor.name()] = strings
     return tensors
+
+
+def _own_device_inputs(tensors: dict[str, Any]) -> bool:
+    """A request kept in flight is released by the server when execute returns, and so are its inputs in
+    device memory (python_backend 24.10 src/python_be.cc: TRITONBACKEND_RequestRelease after every
+    execute; an input in a server-side GPU buffer, e.g. an ensemble step's, is passed by CUDA IPC, not
+    copied). Host inputs are safe: the python backend copied them into shared memory that the stub's
+    tensors hold. So each device input is copied now, on the current stream; True if any was."""
+    copied = False
+    for name, tensor in tensors.items():
+        if getattr(tensor, "is_cuda", False):
+            tensors[name] = tensor.clone()
+            copied = True
+    return copied
 
 
 def _host_array(tensor: pb_utils.Tensor) -> Any:
@@ -208,8 +223,16 @@ class TritonPythonModel:
                 f"model {args['model_name']!r} ({args['model_instance_name']}) failed to load: {error}"
             ) from error
         self.count_copies = copy_counting_enabled()  # debug mode: TRITON_ORT_COUNT_COPIES=1
+        # parameter inflight_lanes: decided at the first execute, whose requests say whether this python
+        # backend lets a model that is not decoupled answer after execute returns
+        self.inflight: bool | None = None if self.instance.options.inflight_lanes else False
 
-    def execute(self, requests: list[pb_utils.InferenceRequest]) -> list[pb_utils.InferenceResponse]:
+    def execute(self, requests: list[pb_utils.InferenceRequest]) -> list[pb_utils.InferenceResponse] | None:
+        if self.inflight is None:
+            self.inflight = self._can_answer_later(requests[0])
+        if self.inflight:
+            self._queue(requests)
+            return None
         with count_host_device_copies(self.count_copies, self.instance.device):
             started = time.perf_counter()
             parsed: list[dict[str, Any] | Exception] = []
@@ -234,6 +257,50 @@ class TritonPythonModel:
                 responses=round((time.perf_counter() - inferred) * 1e6, 1),
             )
             return responses
+
+    def _can_answer_later(self, request: pb_utils.InferenceRequest) -> bool:
+        """Whether requests can be answered after execute returns: the response sender of a model that is
+        not decoupled (python backend 24.06 and later; 23.12 refuses it, harness/releases.py). If not, the
+        instance runs classic on its first lane, and says so once."""
+        try:
+            request.get_response_sender()
+        except Exception as error:
+            self.instance.drop_extra_lanes(
+                f"this Triton's python backend cannot answer a request after execute returns ({error}); "
+                "that needs Triton 24.06 (2.47) or later"
+            )
+            return False
+        self.instance.start_inflight()
+        return True
+
+    def _queue(self, requests: list[pb_utils.InferenceRequest]) -> None:
+        """Each request queued for the lanes, which answer it through its response sender."""
+        received = time.perf_counter()
+        on_numpy = self.instance.on_numpy
+        batched = self.instance.plan.max_batch_size > 0
+        own_copies = False
+        for request in requests:
+            tensors: dict[str, Any] | Exception
+            try:
+                tensors = _read_inputs(request, on_numpy)
+                own_copies |= _own_device_inputs(tensors)
+            except TritonOrtError as error:
+                tensors = error
+            except Exception as error:  # answered by its lane like any error: the rest are queued already
+                LOGGER.exception("a request could not be read")
+                tensors = InferenceError(f"the request could not be read: {type(error).__name__}: {error}")
+            send = functools.partial(self._send, request.get_response_sender(), received)
+            rows = request_rows(tensors) if batched and isinstance(tensors, dict) else 1
+            self.instance.submit(Pending(tensors, send, rows=rows, cancelled=request.is_cancelled))
+        if own_copies:  # done before execute returns: the server then releases the requests' buffers
+            import torch
+
+            torch.cuda.current_stream().synchronize()
+
+    def _send(self, sender: Any, received: float, result: dict[str, Any] | Exception) -> None:
+        sender.send(_response(result), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if self.instance.metrics is not None:
+            self.instance.metrics.record_answered(time.perf_counter() - received)
 
     def finalize(self) -> None:
         self.instance.close()

@@ -86,6 +86,11 @@ class ModelOptions:
     cuda_graph: bool = False
     """GPU instances: capture the model as ORT CUDA graphs (one per input shape, at most 32) and replay
     them, which saves kernel-launch time; inputs and outputs are copied through fixed buffers."""
+    inflight_lanes: int = 0
+    """Requests kept in flight by one instance (Triton 2.47 and later; runtime/inflight.py): K lanes, each
+    a thread with its own runner (and on a GPU its own session and CUDA stream), answer requests through
+    their response senders while execute() only queues them. 0 (or 1 on an earlier release): the classic
+    execute, which answers its requests before it returns."""
     warmup: tuple[int, ...] = (1,)
     """Batch sizes run once each at load, before the model reports ready (zeros; other variable axes 1),
     so the first requests do not pay for cuBLAS/cuDNN initialisation (about 100 ms on a GPU) or for ORT's
@@ -283,6 +288,7 @@ _PARAMETERS: dict[str, _Parameter] = {
     "cuda_graph": _Parameter("cuda_graph", parse_bool, native=False),
     "cuda_stack_bytes": _Parameter("cuda_stack_bytes", _parse_count, native=False),
     "warmup": _Parameter("warmup", _parse_warmup, native=False),
+    "inflight_lanes": _Parameter("inflight_lanes", _parse_count, native=False),
     # For clients, not the runtime: the values each integer input accepts (triton_ort.model.input_ranges).
     INPUT_RANGES: _Parameter(None, lambda what, raw: parse_ranges(raw, what), native=False),
 }

@@ -28,13 +28,14 @@ from .arrays import ON_TORCH_ON_CPU, NumpyArrays, require_torch
 from .cuda_context import lower_stack_limit
 from .gather import Result
 from .graph_buckets import graphs_on
+from .inflight import InflightScheduler, Pending
 from .lane import Lane, zeros_request
 from .plan import ModelPlan
-from .runner import IOBindingRunner
 from .session import Placement, create_session, session_placement, session_signature
 from .stats import ExecuteStats
 
 if TYPE_CHECKING:
+    import onnxruntime as ort
     import torch
 
 LOGGER = logging.getLogger(__name__)
@@ -115,14 +116,22 @@ class ModelInstance:
         signature = session_signature(session)
         graphs = graphs_on(self.options.cuda_graph, placement, session, signature)
         self.plan = ModelPlan.build(config, self.options, hooks, onnx_path, signature, graphs=graphs)
-        self.lane = Lane.build(self.plan, session, placement, stream, on_numpy)
+        self.lanes = [Lane.build(self.plan, session, placement, stream, on_numpy)]
+        for _ in range(self.options.inflight_lanes - 1):
+            self.lanes.append(_another_lane(self.plan, onnx_path, session, placement, on_numpy))
+        self.lane = self.lanes[0]
         self.runner = self.lane.runner
         self.batch_runner = self.lane.batch_runner
+        self.scheduler: InflightScheduler | None = None  # start_inflight(), where the server allows it
         self.last_execute: ExecuteStats | None = None  # kept only while DEBUG logging is on
         self.metrics: InstanceMetrics | None = None  # warm-up runs are not the clients' executes
-        self._warm_up(self.options.warmup)
+        for index in range(len(self.lanes)):
+            self._warm_up(self.options.warmup, index)
         self.metrics = _started_metrics(
-            metrics, self.runner, cpu_fallback=gpu and not self.runner.placement.is_cuda
+            metrics,
+            self.lanes,
+            cpu_fallback=gpu and not self.runner.placement.is_cuda,
+            in_flight=self._in_flight if self.options.inflight_lanes else None,
         )
         LOGGER.info(
             "loaded %s on %s with providers %s; options %s",
@@ -142,13 +151,41 @@ class ModelInstance:
         """Whether requests and answers are numpy arrays (numpy_on_cpu), not torch tensors."""
         return isinstance(self.runner.arrays, NumpyArrays)
 
-    def _warm_up(self, batch_sizes: Sequence[int]) -> None:
+    def start_inflight(self) -> None:
+        """Keep requests in flight on every lane from now on (`submit`); the server's release has the
+        response sender for this model (model.py asks it)."""
+        if self.scheduler is not None:
+            return
+        self.scheduler = InflightScheduler(self.infer, len(self.lanes), self.plan.max_batch_size)
+        LOGGER.info("keeping requests in flight on %d lanes", len(self.lanes))
+
+    def _in_flight(self) -> int:
+        return self.scheduler.in_flight if self.scheduler is not None else 0
+
+    def drop_extra_lanes(self, why: str) -> None:
+        """The classic execute from here on: the lanes beyond the first go, with their sessions."""
+        if len(self.lanes) > 1:
+            LOGGER.warning(
+                "inflight_lanes %d: %s; this instance answers in the classic execute, and its %d extra "
+                "lanes are given back",
+                len(self.lanes),
+                why,
+                len(self.lanes) - 1,
+            )
+            del self.lanes[1:]
+
+    def submit(self, pending: Pending) -> None:
+        """Queue one request for the lanes (after start_inflight)."""
+        assert self.scheduler is not None
+        self.scheduler.submit(pending)
+
+    def _warm_up(self, batch_sizes: Sequence[int], lane: int = 0) -> None:
         """One run per batch size, in initialize: Triton reports the model ready only after it. The zeros
         have the shapes clients send, so hooks run too."""
         for batch_size in batch_sizes:
             started = time.perf_counter()
             zeros = zeros_request(self.plan, self.runner.arrays, self.plan.request_specs, batch_size)
-            result = self.infer([zeros])[0]
+            result = self.infer([zeros], lane)[0]
             if isinstance(result, Exception):  # a model may reject zeros; serving can still go on
                 LOGGER.warning(
                     "warm-up run at batch size %d failed (parameter warmup: false skips warm-up): %s",
@@ -159,38 +196,43 @@ class ModelInstance:
                 elapsed_ms = (time.perf_counter() - started) * 1e3
                 LOGGER.info("warm-up run at batch size %d took %.1f ms", batch_size, elapsed_ms)
 
-    def infer(self, requests: Sequence[Mapping[str, Any]]) -> list[Result]:
-        """Results in request order. On return every output is complete (on the device, or on the host
-        where the output placement put it), so handing it on through a raw DLPack capsule (which Triton
-        does not synchronise) is safe. Host outputs live in buffers that the next infer() reuses: Triton
-        has copied them by then; other callers copy what they keep."""
+    def infer(self, requests: Sequence[Mapping[str, Any]], lane_index: int = 0) -> list[Result]:
+        """Results in request order, computed on lane `lane_index` (the first: the classic execute's).
+        On return every output is complete (on the device, or on the host where the output placement put
+        it), so handing it on through a raw DLPack capsule (which Triton does not synchronise) is safe.
+        Host outputs live in buffers that the lane's next infer() reuses: Triton has copied them by then;
+        other callers copy what they keep."""
         started = time.perf_counter()
         debug = LOGGER.isEnabledFor(logging.DEBUG)
         metrics = self.metrics
-        if metrics is not None:  # the metrics sender reads the runner's totals between executes
-            metrics.lock.acquire()
+        lane = self.lanes[lane_index]
+        runner = lane.runner
+        lock = metrics.locks[lane_index] if metrics is not None else None
+        if lock is not None:  # the metrics sender reads this lane's runner totals between its runs
+            lock.acquire()
         try:
-            before = self.runner.stats.snapshot() if debug else None
-            results = self.lane.queue(requests)
+            before = runner.stats.snapshot() if debug else None
+            results = lane.queue(requests)
             queued = time.perf_counter()
-            results = self.lane.wait(results)
+            results = lane.wait(results)
             finished = time.perf_counter()
             if metrics is not None:  # adds to local counts; the sender sends them (metrics.py)
                 metrics.record_execute(
-                    self.runner.stats,
+                    runner.stats,
                     requests=len(requests),
                     # axis 0 is a batch only where Triton batches
                     rows=sum(request_rows(t) for t in requests) if self.plan.max_batch_size > 0 else 0,
-                    on_device=self.runner.placement.is_cuda,
+                    on_device=runner.placement.is_cuda,
+                    lane=lane_index,
                 )
         finally:
-            if metrics is not None:
-                metrics.lock.release()
+            if lock is not None:
+                lock.release()
         reported = time.perf_counter()
         if before is not None:
             self.last_execute = ExecuteStats.between(
                 before,
-                self.runner.stats,
+                runner.stats,
                 requests=len(requests),
                 input_devices=sorted(
                     {str(getattr(t, "device", "cpu")) for tensors in requests for t in tensors.values()}
@@ -205,7 +247,10 @@ class ModelInstance:
         return [result if isinstance(result, Exception) else served(result) for result in results]
 
     def close(self) -> None:
-        """At unload: stop the metrics sender and send the counts still waiting for it."""
+        """At unload: answer what is still in flight, stop the metrics sender and send the counts still
+        waiting for it."""
+        if self.scheduler is not None:
+            self.scheduler.close()
         if self.metrics is not None:
             try:
                 self.metrics.close()
@@ -239,15 +284,31 @@ def _take_device(
     return stream, Placement("cuda", device_id, stream.cuda_stream), options
 
 
+def _another_lane(
+    plan: ModelPlan, onnx_path: Path, session: ort.InferenceSession, placement: Placement, on_numpy: bool
+) -> Lane:
+    """One more lane of the plan. On a GPU a session of its own on a stream of its own (ORT's CUDA EP takes
+    its stream when the session is made); on the CPU the first lane's session, which ORT runs from several
+    threads at once, so the weights are held once."""
+    if not placement.is_cuda:
+        return Lane.build(plan, session, placement, None, on_numpy)
+    stream = _new_stream(placement.device_id)
+    own = Placement("cuda", placement.device_id, stream.cuda_stream)
+    return Lane.build(plan, create_session(onnx_path, plan.options, own), own, stream, on_numpy)
+
+
 def _started_metrics(
-    metrics: InstanceMetrics | None, runner: IOBindingRunner, cpu_fallback: bool
+    metrics: InstanceMetrics | None,
+    lanes: Sequence[Lane],
+    cpu_fallback: bool,
+    in_flight: Callable[[], int] | None = None,
 ) -> InstanceMetrics | None:
-    """The custom metrics, started after warm-up (its runs are not the clients' executes); None where
-    there are none, or the server refused one (the instance serves without them)."""
+    """The custom metrics, started after warm-up (its runs are not the clients' executes) over the given
+    lanes; None where there are none, or the server refused one (the instance serves without them)."""
     if metrics is None:
         return None
     try:
-        metrics.loaded(runner.stats, cpu_fallback=cpu_fallback)
+        metrics.loaded([lane.runner.stats for lane in lanes], cpu_fallback=cpu_fallback, in_flight=in_flight)
     except Exception as error:
         LOGGER.warning("custom metrics are off for this instance: %s", error)
         return None

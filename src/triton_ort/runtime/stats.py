@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,15 @@ class RunnerStats:
 
     def snapshot(self) -> RunnerStats:
         return dataclasses.replace(self)
+
+
+def total_stats(lanes: Iterable[RunnerStats]) -> RunnerStats:
+    """The lanes' runner totals added up (the runners of one instance that keeps requests in flight)."""
+    total = RunnerStats()
+    for stats in lanes:
+        for item in dataclasses.fields(RunnerStats):
+            setattr(total, item.name, getattr(total, item.name) + getattr(stats, item.name))
+    return total
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,104 @@
+"""Requests in flight (parameter inflight_lanes) on the real tritonserver. Where the release lets a model
+that is not decoupled answer after execute returns (2.47 and later: the GPU test host's 2.51), concurrent
+requests over HTTP and gRPC each get in-process ONNX Runtime's answer from the lanes, a bad request its own
+error, and an unload with requests in flight leaves none unanswered. Where it does not (2.41, CI's), the
+model serves classic and says why once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pytest
+from tritonclient.grpc import model_config_pb2
+from tritonclient.utils import InferenceServerException
+
+from tests.support.paths import MODEL_REPOSITORY, SERVER_TOLERANCE, demo_onnx
+from triton_ort.harness.reference import reference_outputs
+from triton_ort.harness.releases import server_release
+from triton_ort.harness.repository import copy_model
+from triton_ort.harness.server import LocalTritonServer
+from triton_ort.harness.transport import infer, make_client
+
+pytestmark = pytest.mark.integration
+
+MODEL = "demo_inflight"
+LANES = 2
+IN_FLIGHT = f"keeping requests in flight on {LANES} lanes"
+CLASSIC = "cannot answer a request after execute returns"
+
+
+def _in_flight(config: model_config_pb2.ModelConfig) -> None:
+    config.parameters["inflight_lanes"].string_value = str(LANES)
+    del config.instance_group[:]
+    config.instance_group.add(count=1)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServer]:
+    demo_onnx()
+    repository = tmp_path_factory.mktemp("inflight") / "repository"
+    copy_model(MODEL_REPOSITORY / "demo", repository, MODEL, _in_flight)
+    explicit = ["--model-control-mode=explicit", f"--load-model={MODEL}"]
+    with LocalTritonServer(repository, extra_args=explicit) as server:
+        yield server
+
+
+def _answers_right(server: LocalTritonServer, count: int) -> None:
+    rng = np.random.default_rng(7)
+    sent = [rng.standard_normal((1 + i % 4, 2010)).astype(np.float32) for i in range(count)]
+
+    def one(index: int) -> None:
+        protocol = ("http", "grpc")[index % 2]
+        url = server.http_url if protocol == "http" else server.grpc_url
+        got, _ = infer(
+            make_client(protocol, url), MODEL, {"np_script_embeddings": sent[index]}, ["np_logits"]
+        )
+        want = reference_outputs(demo_onnx(), {"np_script_embeddings": sent[index]})
+        np.testing.assert_allclose(got["np_logits"], want["np_logits"], **SERVER_TOLERANCE)
+
+    with ThreadPoolExecutor(16) as pool:
+        for future in [pool.submit(one, index) for index in range(count)]:
+            future.result()
+
+
+def test_concurrent_requests_each_get_their_own_answer(served: LocalTritonServer) -> None:
+    _answers_right(served, 64)
+    log = served.log()
+    if server_release(served.http_url).answers_through_response_sender:
+        assert IN_FLIGHT in log and CLASSIC not in log
+    else:  # one line, at the first execute, and the classic execute serves
+        assert log.count(CLASSIC) == 1 and IN_FLIGHT not in log
+
+
+def test_a_bad_request_gets_its_own_error_and_neighbours_their_answers(served: LocalTritonServer) -> None:
+    client = make_client("http", served.http_url)
+    with pytest.raises(InferenceServerException, match="np_script_embeddings"):
+        infer(client, MODEL, {"np_script_embeddings": np.zeros((1, 7), np.float32)}, ["np_logits"])
+    _answers_right(served, 8)
+
+
+def test_an_unload_with_requests_in_flight_leaves_none_unanswered(served: LocalTritonServer) -> None:
+    client = make_client("http", served.http_url)
+    x = np.ones((64, 2010), np.float32)
+
+    def one(_: int) -> Any:
+        try:
+            return infer(
+                make_client("grpc", served.grpc_url), MODEL, {"np_script_embeddings": x}, ["np_logits"]
+            )
+        except InferenceServerException as error:
+            return error
+
+    with ThreadPoolExecutor(16) as pool:
+        futures = [pool.submit(one, index) for index in range(64)]
+        client.unload_model(MODEL)
+        outcomes = [future.result(timeout=120) for future in futures]  # none may hang
+    answered = [o for o in outcomes if not isinstance(o, Exception)]
+    assert answered, outcomes[:3]  # requests taken before the unload were answered
+    for outputs, _ in answered:
+        assert outputs["np_logits"].shape == (64, 2)
+    client.load_model(MODEL)
+    _answers_right(served, 8)
