@@ -65,6 +65,7 @@ from client.bench_common import (
 )
 from client.load import Workload, load_in_processes, request_workers
 from triton_ort.harness.reference import compare
+from triton_ort.harness.releases import Release, server_release
 from triton_ort.harness.server import exit_on_termination
 from triton_ort.harness.transport import STAGES, ModelStatistics
 
@@ -307,7 +308,9 @@ def profile_executes(repository: Path, models: list[str], args: argparse.Namespa
     return profiles
 
 
-def bench_model(model: str, server_url: str, repository: Path, args: argparse.Namespace) -> list[Measurement]:
+def bench_model(
+    model: str, server_url: str, repository: Path, args: argparse.Namespace, release: Release
+) -> list[Measurement]:
     work = Workload.build(model, repository, args.batch or BATCH[model])
     gpu = torch.cuda.is_available()
     transport = transport_for_ours()
@@ -355,6 +358,7 @@ def bench_model(model: str, server_url: str, repository: Path, args: argparse.Na
             results += measure_apart("MPS", model, repository, work, args, under_mps, mps=True)
     for concurrency in (1, top):
         results.append(run(f"{model}_naive", "naive", transport, concurrency))
+    results += measure_inflight(model, repository, work, args, release)
     results += measure_native(model, repository, work, args)
     if not args.skip_pytriton:
         with pytriton_server(work.onnx_path, f"{model}_pytriton") as url:
@@ -431,6 +435,22 @@ def measure_apart(
     except Exception as error:  # reported, and the rest of the run goes on
         _note(f"{model}: {what} could not be measured: {str(error)[-2000:]}")
     return results
+
+
+def measure_inflight(
+    model: str, repository: Path, work: Workload, args: argparse.Namespace, release: Release
+) -> list[Measurement]:
+    """One instance keeping requests in flight on K lanes (`ours-inflight<K>`), in a server of its own,
+    where the release lets a model that is not decoupled answer after execute returns (2.47 and later);
+    on an earlier one each would be measured as a classic instance under another name, so none is."""
+    if not release.answers_through_response_sender:
+        _note(f"{model}: in flight not measured: this Triton release has no response sender for it")
+        return []
+    prefix = model + "_inflight"  # the variants scripts/build_models.py writes: <model>_inflight<K>
+    lanes = sorted(int(d.name.removeprefix(prefix)) for d in repository.glob(prefix + "*"))
+    both = (1, max(args.concurrency))
+    anchors: Anchors = {f"_inflight{k}": (f"ours-inflight{k}", both) for k in lanes}
+    return measure_apart("in flight", model, repository, work, args, anchors, transport_for_ours())
 
 
 def tuned_variant(repository: Path, model: str, tuned_config: Path) -> str:
@@ -550,6 +570,9 @@ def ratio_table(results: list[Measurement], placements: dict[str, str]) -> str:
 
         floor, idle = _find(ms, anchor="floor"), _find(ms, anchor="floor+1ms-idle")
         ours, ours_top = get("ours"), get("ours", top)
+        lanes = sorted(
+            {int(m.anchor.removeprefix("ours-inflight")) for m in ms if m.anchor.startswith("ours-inflight")}
+        )
         py, py_top = (
             _find(ms, anchor="pytriton", concurrency=1),
             _find(ms, anchor="pytriton", concurrency=top),
@@ -563,6 +586,33 @@ def ratio_table(results: list[Measurement], placements: dict[str, str]) -> str:
                 get("ours-graph", top),
                 ours_top,
                 "requests_per_s",
+            ),
+            *(
+                (
+                    f"in flight, {k} lanes, 1 instance p50 / ours p50 (c=1)",
+                    get(f"ours-inflight{k}"),
+                    ours,
+                    "p50_us",
+                )
+                for k in lanes
+            ),
+            *(
+                (
+                    f"in flight, {k} lanes, 1 instance / ours throughput (c={top})",
+                    get(f"ours-inflight{k}", top),
+                    ours_top,
+                    "requests_per_s",
+                )
+                for k in lanes
+            ),
+            *(
+                (
+                    f"in flight, {k} lanes / native throughput (c={top})",
+                    get(f"ours-inflight{k}", top),
+                    get("native", top),
+                    "requests_per_s",
+                )
+                for k in lanes
             ),
             ("native onnxruntime backend p50 / ours p50 (c=1)", get("native"), ours, "p50_us"),
             (f"ours / native throughput (c={top})", ours_top, get("native", top), "requests_per_s"),
@@ -710,7 +760,8 @@ def main() -> None:
         with serving(args.repository, _served_names(args.models)) as server:
             for model in args.models:
                 placements[model] = auto_placement(Workload.build(model, args.repository, BATCH[model]))
-                results += bench_model(model, server.grpc_url, args.repository, args)
+                release = server_release(server.http_url)
+                results += bench_model(model, server.grpc_url, args.repository, args, release)
                 _note(f"\n{results_table([m for m in results if m.model == model])}")
                 write_report(args.out, {**report, "results": [asdict(m) for m in results]})
         report["auto_output_placement"] = placements

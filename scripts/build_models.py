@@ -87,6 +87,8 @@ MAX_BATCH = {"demo": 1024, "mlp1024": 4096, "mlp4096": 4096}
 # `optimization { cuda { graphs: true } }`).
 SHIPPED_PARAMETERS: dict[str, tuple[tuple[str, str], ...]] = {"demo": (("cuda_graph", "true"),)}
 SWEEP = [(n, d) for n in (1, 2, 4) for d in (0, 100, 500)]
+# Lanes of the one in-flight instance that client.bench measures (`<name>_inflight<K>`).
+INFLIGHT_LANES = (2, 4)
 
 
 def bench_variants(name: str) -> dict[str, Serving]:
@@ -111,6 +113,8 @@ def bench_variants(name: str) -> dict[str, Serving]:
         f"{name}_null_host": null("host"),
         f"{name}_null_device": null("device"),
         f"{name}_null_kernel": null("kernel"),
+        # one instance keeping requests in flight on K lanes (parameter inflight_lanes; Triton 2.47 and later)
+        **{f"{name}_inflight{k}": ours(("inflight_lanes", str(k)), count=1) for k in INFLIGHT_LANES},
         # Triton's native onnxruntime backend on the same file, served where the host has it (client.bench)
         f"{name}_native": Serving(None, instances, delay),
     }

@@ -41,8 +41,9 @@ if [ "$MODE" = bench ]; then
   exit $status
 fi
 if [ "$MODE" = inflight ]; then
-  # ORT's lanes on the GPU (the mlp4096 and the demo, 1, 2 and 4 lanes), then the stub's own in-flight floor
-  # with the mlp4096's shape per request (300 us of Python, 0.5 ms on the GPU) and with a plain 2 ms wait
+  # ORT's lanes on the GPU (the mlp4096 and the demo, 1, 2 and 4 lanes), the stub's own in-flight floor
+  # with the mlp4096's shape per request (300 us of Python, 0.5 ms on the GPU) and with a plain 2 ms wait,
+  # then the benchmark with the in-flight instances
   "$PYTHON" scripts/build_models.py --bench --out bench_repository --models demo mlp4096 > /dev/null || exit 1
   for spec in "mlp4096 1024" "demo 100"; do
     read -r model batch <<< "$spec"
@@ -53,6 +54,10 @@ if [ "$MODE" = inflight ]; then
     --json "$OUT/inflight-floor-mlp4096-shape.json" 2>&1 | tee -a "$OUT/inflight.log" || status=1
   "$PYTHON" -m diagnostics.inflight_floor --lanes 1 2 4 8 --wait-ms 2 \
     --json "$OUT/inflight-floor-2ms.json" 2>&1 | tee -a "$OUT/inflight.log" || status=1
+  # the in-flight instances (one instance, 2 and 4 lanes) beside the classic config and the anchors, in one
+  # run; no PyTriton or MPS here, to fit the call
+  "$PYTHON" -m client.bench --models mlp4096 demo --skip-pytriton --out "$OUT/bench-inflight-gpu.json" \
+    2>"$OUT/bench-progress.log" | tee -a "$OUT/inflight.log" || status=1
   exit $status
 fi
 if [ "$MODE" = pipelines ]; then
