@@ -114,7 +114,11 @@ def bench_variants(name: str) -> dict[str, Serving]:
         f"{name}_null_device": null("device"),
         f"{name}_null_kernel": null("kernel"),
         # one instance keeping requests in flight on K lanes (parameter inflight_lanes; Triton 2.47 and later)
-        **{f"{name}_inflight{k}": ours(("inflight_lanes", str(k)), count=1) for k in INFLIGHT_LANES},
+        # (without CUDA graphs, which in-flight lanes refuse: docs/inflight.md)
+        **{
+            f"{name}_inflight{k}": ours(("inflight_lanes", str(k)), ("cuda_graph", "false"), count=1)
+            for k in INFLIGHT_LANES
+        },
         # Triton's native onnxruntime backend on the same file, served where the host has it (client.bench)
         f"{name}_native": Serving(None, instances, delay),
     }

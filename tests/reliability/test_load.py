@@ -22,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, demo_reference, measured
 from tests.support.paths import ROOT, SERVER_TOLERANCE
 from tests.support.repository import build_demo_repository
+from triton_ort.harness.repository import read_config, write_config
 from triton_ort.harness.server import LocalTritonServer
 from triton_ort.harness.transport import infer_inputs
 
@@ -112,10 +113,23 @@ def test_256_concurrent_clients_get_no_errors_beyond_the_intended_ones(server: L
     assert httpclient.InferenceServerClient(server.http_url).is_server_ready()
 
 
-def test_soak_ci_size(tmp_path: Path) -> None:
+def _in_flight(model_dir: Path, lanes: int) -> None:
+    """The demo keeping requests in flight on `lanes` lanes (without its CUDA graphs, which the mode
+    refuses); on a release without the response sender it serves classic (docs/inflight.md)."""
+    config = read_config(model_dir)
+    config.parameters["inflight_lanes"].string_value = str(lanes)
+    config.optimization.cuda.graphs = False
+    write_config(model_dir, config)
+
+
+@pytest.mark.parametrize("inflight_lanes", [0, 2], ids=["classic", "in-flight"])
+def test_soak_ci_size(tmp_path: Path, inflight_lanes: int) -> None:
     """client/soak.py --local as CI runs it: a mixed stream at concurrency 64, every answer checked,
-    host memory of tritonserver and its stubs flat after warm-up. `make soak` runs the long one."""
+    host memory of tritonserver and its stubs flat after warm-up. `make soak` runs the long one. Also with
+    requests kept in flight (2.47 and later; classic on earlier releases)."""
     repository = build_demo_repository(tmp_path / "repository")
+    if inflight_lanes:
+        _in_flight(repository / "demo", inflight_lanes)
     summary_path = tmp_path / "soak.json"
     command = [
         sys.executable,
@@ -139,8 +153,9 @@ def test_soak_ci_size(tmp_path: Path) -> None:
     output = finished.stdout + finished.stderr
     assert summary_path.exists(), output
     summary = json.loads(summary_path.read_text())
+    mode = ", in flight" if inflight_lanes else ""
     measured(
-        f"soak (CI size): {summary['sent']} requests in {summary['elapsed_s']} s at concurrency 64, "
+        f"soak (CI size{mode}): {summary['sent']} requests in {summary['elapsed_s']} s at concurrency 64, "
         f"{summary['ok']} ok, {summary['expected_errors']} intended errors, {summary['wrong']} wrong, "
         f"{summary['lost']} lost; RSS {summary['rss_after_warmup_mib']} -> {summary['rss_end_mib']} MiB, "
         f"{summary['rss_readings']} readings; floor growth {summary['memory_growth_mib']} MiB in "

@@ -109,6 +109,30 @@ def test_a_lane_gathers_what_is_queued_up_to_the_row_limit() -> None:
     assert all(answers.only(i) == {"y": i} for i in range(5))
 
 
+def test_submit_waits_while_in_flight_is_at_capacity_so_the_rest_stay_in_tritons_queue() -> None:
+    answers, gate = Answers(), threading.Event()
+
+    def held(requests: Sequence[Tensors], lane: int) -> list[Result]:
+        gate.wait()
+        return [{"y": tensors["x"]} for tensors in requests]
+
+    scheduler = InflightScheduler(held, lanes=1, max_rows=2)
+    assert scheduler.capacity_rows == 4  # a batch on the lane and the next one queued
+    for request_id in range(4):
+        scheduler.submit(_pending(answers, request_id))
+    fifth = threading.Thread(target=scheduler.submit, args=(_pending(answers, 4),))
+    fifth.start()
+    fifth.join(0.1)
+    assert fifth.is_alive() and scheduler.in_flight == 4  # execute() would not have returned
+    gate.set()
+    fifth.join(5)
+    assert not fifth.is_alive()
+    answers.wait_for(5)
+    scheduler.close()
+    assert all(answers.only(i) == {"y": i} for i in range(5))
+    assert scheduler.rows_in_flight == 0
+
+
 def test_errors_are_answered_to_their_own_requests_and_the_lane_goes_on() -> None:
     answers = Answers()
 
@@ -173,16 +197,18 @@ def test_close_answers_what_is_queued_and_later_requests_get_an_unloading_error(
 
 def test_close_that_times_out_still_answers_every_queued_request() -> None:
     answers = Answers()
-    release = threading.Event()
+    entered, release = threading.Event(), threading.Event()
 
     def stuck(requests: Sequence[Tensors], lane: int) -> list[Result]:
+        entered.set()
         release.wait()
         return [{"y": tensors["x"]} for tensors in requests]
 
-    scheduler = InflightScheduler(stuck, lanes=1, max_rows=0)
-    for request_id in range(3):
+    scheduler = InflightScheduler(stuck, lanes=1, max_rows=4)
+    scheduler.submit(_pending(answers, 0))
+    assert entered.wait(5)  # the lane holds request 0
+    for request_id in (1, 2):
         scheduler.submit(_pending(answers, request_id))
-    time.sleep(0.02)  # the lane holds request 0
     assert not scheduler.close(timeout_s=0.05)
     assert all(isinstance(answers.only(i), InferenceError) for i in (1, 2))
     release.set()

@@ -11,9 +11,9 @@ Triton delivers it there) -> ORT IO binding by pointer -> run on the instance's 
 on the device (or, when the output is small, one copy into pinned host memory: parameter output_placement)
 -> DLPack -> pb_utils.Tensor -> response.
 
-On a CPU instance without hooks: request -> pb_utils.Tensor -> as_numpy() (a view of Triton's memory) ->
-ORT IO binding by pointer -> numpy outputs -> pb_utils.Tensor -> response; torch is never imported there, so
-the stub carries only numpy and ONNX Runtime (triton_ort.runtime.arrays).
+On a CPU instance without hooks: request -> pb_utils.Tensor -> as_numpy() (the array the stub made when it
+loaded the request) -> ORT IO binding by pointer -> numpy outputs -> pb_utils.Tensor -> response; torch is
+never imported there, so the stub carries only numpy and ONNX Runtime (triton_ort.runtime.arrays).
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ def _route_library_logging() -> None:
 
 
 def _read_inputs(request: pb_utils.InferenceRequest, on_numpy: bool) -> dict[str, Any]:
-    """Triton's tensors as the instance's arrays: numpy views (`on_numpy`) or torch tensors sharing memory
-    (CPU shared memory or device memory); BYTES as the numpy array of bytes as_numpy() gives (DLPack has
-    no strings)."""
+    """Triton's tensors as the instance's arrays: the stub's numpy arrays (`on_numpy`) or torch tensors
+    sharing their memory (through DLPack: on the host, or on the device); BYTES as the numpy array of bytes
+    as_numpy() gives (DLPack has no strings)."""
     if on_numpy:
         return {tensor.name(): _host_array(tensor) for tensor in request.inputs()}
     import torch.utils.dlpack
@@ -86,22 +86,54 @@ def _read_inputs(request: pb_utils.InferenceRequest, on_numpy: bool) -> dict[str
     return tensors
 
 
-def _own_device_inputs(tensors: dict[str, Any]) -> bool:
-    """A request kept in flight is released by the server when execute returns, and so are its inputs in
-    device memory (python_backend 24.10 src/python_be.cc: TRITONBACKEND_RequestRelease after every
-    execute; an input in a server-side GPU buffer, e.g. an ensemble step's, is passed by CUDA IPC, not
-    copied). Host inputs are safe: the python backend copied them into shared memory that the stub's
-    tensors hold. So each device input is copied now, on the current stream; True if any was."""
-    copied = False
-    for name, tensor in tensors.items():
-        if getattr(tensor, "is_cuda", False):
-            tensors[name] = tensor.clone()
-            copied = True
-    return copied
+def _read_for_lanes(request: pb_utils.InferenceRequest, on_numpy: bool) -> dict[str, Any] | Exception:
+    """A request's tensors for the lanes (or its error), with every device input copied. The server releases
+    a request kept in flight when execute returns, and its device inputs with it (python_backend 24.10
+    src/python_be.cc: TRITONBACKEND_RequestRelease after every execute; an input in a server-side GPU
+    buffer, e.g. an ensemble step's, is passed by CUDA IPC, not copied). Host inputs need no copy: the stub
+    made its own when it loaded the request (src/pb_tensor.cc, py::array without a base)."""
+    try:
+        tensors = _read_inputs(request, on_numpy)
+        for name, tensor in tensors.items():
+            if getattr(tensor, "is_cuda", False):
+                tensors[name] = tensor.clone()  # on its device's current stream: waited for by the caller
+        return tensors
+    except TritonOrtError as error:
+        return error
+    except Exception as error:
+        LOGGER.exception("a request could not be read")
+        return InferenceError(f"the request could not be read: {type(error).__name__}: {error}")
+
+
+def _copies_waited_for(readings: list[dict[str, Any] | Exception]) -> list[dict[str, Any] | Exception]:
+    """The readings once their device copies are complete (a lane computes on a stream of its own, which
+    does not wait for the current stream); a device that fails meanwhile fails the requests that used it."""
+    devices = {
+        tensor.device
+        for tensors in readings
+        if isinstance(tensors, dict)
+        for tensor in tensors.values()
+        if getattr(tensor, "is_cuda", False)
+    }
+    if not devices:
+        return readings
+    import torch
+
+    try:
+        for device in devices:
+            torch.cuda.current_stream(device).synchronize()
+    except Exception as error:
+        failure = InferenceError(f"the device failed while copying the request's inputs: {error}")
+        on_device = [
+            isinstance(t, dict) and any(getattr(v, "is_cuda", False) for v in t.values()) for t in readings
+        ]
+        return [failure if copied else tensors for tensors, copied in zip(readings, on_device, strict=True)]
+    return readings
 
 
 def _host_array(tensor: pb_utils.Tensor) -> Any:
-    """A numpy view of Triton's host tensor. A device tensor (a CPU instance whose config lets the python
+    """Triton's host tensor as numpy (as_numpy(): the array the stub made when it loaded the request, no
+    further copy). A device tensor (a CPU instance whose config lets the python
     backend hand over GPU inputs) is copied to the host once, through torch, which reads it."""
     if tensor.is_cpu():
         return tensor.as_numpy()
@@ -111,7 +143,7 @@ def _host_array(tensor: pb_utils.Tensor) -> Any:
 
 
 def _strings(tensor: pb_utils.Tensor) -> Any:
-    """A BYTES input's values (numpy object array of bytes, a view of Triton's buffer), else None."""
+    """A BYTES input's values (the numpy object array of bytes as_numpy() gives), else None."""
     try:
         values = tensor.as_numpy()
     except Exception:
@@ -274,31 +306,38 @@ class TritonPythonModel:
         return True
 
     def _queue(self, requests: list[pb_utils.InferenceRequest]) -> None:
-        """Each request queued for the lanes, which answer it through its response sender."""
+        """Each request queued for the lanes, which answer it through its response sender. Every request is
+        read first, and its device inputs copied and waited for, before the first is queued: a lane may
+        read it at once, and nothing may raise once one is queued (the server would answer, and free, every
+        request of an execute that raised, answered by a lane or not)."""
         received = time.perf_counter()
         on_numpy = self.instance.on_numpy
+        readings = [_read_for_lanes(request, on_numpy) for request in requests]
+        readings = _copies_waited_for(readings)
         batched = self.instance.plan.max_batch_size > 0
-        own_copies = False
-        for request in requests:
-            tensors: dict[str, Any] | Exception
-            try:
-                tensors = _read_inputs(request, on_numpy)
-                own_copies |= _own_device_inputs(tensors)
-            except TritonOrtError as error:
-                tensors = error
-            except Exception as error:  # answered by its lane like any error: the rest are queued already
-                LOGGER.exception("a request could not be read")
-                tensors = InferenceError(f"the request could not be read: {type(error).__name__}: {error}")
+        for request, tensors in zip(requests, readings, strict=True):
             send = functools.partial(self._send, request.get_response_sender(), received)
             rows = request_rows(tensors) if batched and isinstance(tensors, dict) else 1
-            self.instance.submit(Pending(tensors, send, rows=rows, cancelled=request.is_cancelled))
-        if own_copies:  # done before execute returns: the server then releases the requests' buffers
-            import torch
-
-            torch.cuda.current_stream().synchronize()
+            pending = Pending(tensors, send, rows=rows, cancelled=request.is_cancelled)
+            try:
+                self.instance.submit(pending)
+            except Exception as error:  # not expected; answered here rather than by the server
+                LOGGER.exception("a request could not be queued")
+                pending.send(
+                    InferenceError(f"the request could not be queued: {type(error).__name__}: {error}")
+                )
 
     def _send(self, sender: Any, received: float, result: dict[str, Any] | Exception) -> None:
-        sender.send(_response(result), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        """One request's FINAL response: its answer, or its error; an answer that Triton's tensors refuse
+        becomes that error, so the client is answered whatever happens."""
+        try:
+            response = _response(result)
+        except Exception as error:
+            LOGGER.exception("an answer could not be made into Triton's response")
+            response = _response(
+                InferenceError(f"the answer could not be sent: {type(error).__name__}: {error}")
+            )
+        sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         if self.instance.metrics is not None:
             self.instance.metrics.record_answered(time.perf_counter() - received)
 

@@ -7,6 +7,10 @@ runner, and on a GPU its own session and CUDA stream), take what is queued, gath
 plan gathers, and answer each request through the callback it came with. While one lane waits for the
 device (ORT releases the GIL), another reads, binds and answers.
 
+What is in flight is bounded: `submit` waits while the requests admitted and not yet answered hold twice
+the rows all lanes take at once, so execute() does not return and the rest wait in Triton's queue, where
+max_queue_size, queue timeouts and priorities still apply to them.
+
 Every request queued is answered exactly once, whatever happens: its own answer, its own error, the run's
 failure, a cancellation seen before its run, or, at close, an unloading error for what was never taken.
 An answer callback that raises is logged; it does not stop the lane.
@@ -77,9 +81,13 @@ class InflightScheduler:
         self._queue: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()
         self._held: Pending | None = None  # taken by a lane but over its row limit: the next take's first
         self._take_lock = threading.Lock()  # one lane takes from the queue at a time
-        self._count_lock = threading.Lock()
+        self._room = threading.Condition()  # guards the counts below; notified as requests are answered
         self.in_flight = 0
         """Requests submitted and not yet answered."""
+        self.rows_in_flight = 0
+        self.capacity_rows = 2 * lanes * max(max_rows, 1)
+        """`submit` waits while `rows_in_flight` is at least this: a batch running on every lane and the
+        next one queued for each."""
         self._closed = False
         self._threads = [
             threading.Thread(target=self._lane, args=(index,), name=f"triton_ort lane {index}", daemon=True)
@@ -89,18 +97,25 @@ class InflightScheduler:
             thread.start()
 
     def submit(self, pending: Pending) -> None:
-        """Queue one request; a closed scheduler answers it at once with an unloading error."""
-        if self._closed:
-            pending.send(InferenceError("the model is unloading; the request was not run"))
-            return
-        with self._count_lock:
-            self.in_flight += 1
-        self._queue.put(pending)
+        """Queue one request, first waiting while what is in flight is at capacity (a request larger than
+        the capacity goes in alone); a closed scheduler answers it at once with an unloading error."""
+        with self._room:
+            self._room.wait_for(lambda: self._closed or self.rows_in_flight < self.capacity_rows)
+            if not self._closed:
+                self.in_flight += 1
+                self.rows_in_flight += pending.rows
+                self._queue.put(pending)
+                return
+        pending.send(InferenceError("the model is unloading; the request was not run"))
 
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
         """Stop taking requests: the lanes answer what is queued, then end. True when every lane ended in
-        `timeout_s`; requests still queued after that are answered here with an unloading error."""
-        self._closed = True
+        `timeout_s`; requests still queued after that are answered here with an unloading error. (Triton
+        unloads a model only once every request it handed over is answered: a response factory keeps its
+        model loaded. So at unload nothing is queued, and the timeout guards against a lane that hangs.)"""
+        with self._room:
+            self._closed = True
+            self._room.notify_all()
         for _ in self._threads:
             self._queue.put(None)
         deadline = time.monotonic() + timeout_s
@@ -109,12 +124,18 @@ class InflightScheduler:
         ended = not any(thread.is_alive() for thread in self._threads)
         if not ended:
             LOGGER.warning("in-flight lanes did not finish within %.1f s of unload", timeout_s)
-        leftover = [self._held] if self._held is not None else []
-        self._held = None
-        while not self._queue.empty():
-            item = self._queue.get_nowait()
-            if item is not None:
-                leftover.append(item)
+        leftover: list[Pending] = []
+        # as a lane takes: a lane that is still alive is running a batch, not taking
+        if self._take_lock.acquire(timeout=1.0):
+            try:
+                leftover = [self._held] if self._held is not None else []
+                self._held = None
+                while not self._queue.empty():
+                    item = self._queue.get_nowait()
+                    if item is not None:
+                        leftover.append(item)
+            finally:
+                self._take_lock.release()
         for item in leftover:
             self._answer(item, InferenceError("the model unloaded before the request ran"))
         return ended
@@ -176,5 +197,7 @@ class InflightScheduler:
         if item.answered:  # answered before a later step failed: the failure is not this request's
             return
         item.send(result)
-        with self._count_lock:
+        with self._room:
             self.in_flight -= 1
+            self.rows_in_flight -= item.rows
+            self._room.notify_all()

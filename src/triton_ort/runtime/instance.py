@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ProviderError
+from ..errors import ConfigError, ProviderError
 from ..hooks.module import load_hooks
 from ..metrics import InstanceMetrics, request_rows
 from ..model.load_checks import bf16_tensors, check_python_backend_types, checked_options
@@ -115,6 +115,14 @@ class ModelInstance:
         # plan decided it.
         signature = session_signature(session)
         graphs = graphs_on(self.options.cuda_graph, placement, session, signature)
+        if graphs and self.options.inflight_lanes:
+            raise ConfigError(
+                f"inflight_lanes {self.options.inflight_lanes} cannot be combined with CUDA graphs "
+                "(cuda_graph / optimization.cuda.graphs) on a GPU instance: ORT captures a graph in CUDA's "
+                "global capture mode, which the other lanes' and execute()'s allocations and "
+                "synchronisations would break; "
+                "drop one of them"
+            )
         self.plan = ModelPlan.build(config, self.options, hooks, onnx_path, signature, graphs=graphs)
         self.lanes = [Lane.build(self.plan, session, placement, stream, on_numpy)]
         for _ in range(self.options.inflight_lanes - 1):
