@@ -90,20 +90,24 @@ ENGINE := docker/engine.sh
 # Where the stand-in base is built: the engine script also installs debootstrap (and says so first).
 ENGINE_STANDIN := ENGINE_STANDIN=1 $(ENGINE)
 DOCKER_BIN ?= $(shell $(ENGINE) cli)
-STANDIN_IMAGE ?= triton-ort/tritonserver-standin:23.12
+# The Triton release the server image is built on: 23.12 (the default, docker/Dockerfile's), or 24.10
+# (tritonserver 2.51, whose python backend answers requests in flight: docs/inflight.md). Here, with no
+# registry, on the stand-in of that release (docker/standin/build.sh).
+TRITON_RELEASE ?= 23.12
+STANDIN_IMAGE ?= triton-ort/tritonserver-standin:$(TRITON_RELEASE)
 PYTHON_STANDIN_IMAGE ?= triton-ort/python-standin:3.11-slim-bookworm
 DOCKER_BUILD = env DOCKER_BUILDKIT=1 $(DOCKER_BIN) build --network host
 # DOCKER_KEEP=1 keeps the images and the build cache after `make test-container` (quicker reruns).
 DOCKER_KEEP ?=
 
 .PHONY: docker-standin
-docker-standin: ## build the stand-in 23.12 base (debootstrap Debian 12 + tritonserver 2.41.0) and a python:3.11-slim stand-in
-	$(ENGINE_STANDIN) docker/standin/build.sh
+docker-standin: ## build the stand-in TRITON_RELEASE base (23.12: debootstrap Debian 12 + tritonserver 2.41.0; 24.10: 2.51.0) and a python:3.11-slim stand-in
+	$(ENGINE_STANDIN) env TRITON_RELEASE=$(TRITON_RELEASE) STANDIN_IMAGE=$(STANDIN_IMAGE) docker/standin/build.sh
 
 .PHONY: docker-server-image
 docker-server-image: docker-standin ## build the server image (CPU stack) on the stand-in base (BuildKit, no registry)
 	$(ENGINE) $(DOCKER_BUILD) --build-arg TRITON_IMAGE=$(STANDIN_IMAGE) --build-arg STACK=cpu \
-		-f docker/Dockerfile -t triton-ort/server:23.12 .
+		-f docker/Dockerfile -t triton-ort/server:$(TRITON_RELEASE) .
 
 .PHONY: docker-images
 docker-images: docker-server-image ## build the server (CPU stack) and client images on the stand-ins (BuildKit, no registry)
@@ -131,8 +135,8 @@ down-local: ## stop what up-local started (the server, and the engine if up-loca
 .PHONY: docker-clean
 docker-clean: ## remove the containers, images and build cache that docker-images and test-container made
 	-$(DOCKER_BIN) compose -p triton-ort-test -f docker/compose.yaml down --volumes --remove-orphans 2>/dev/null
-	-$(DOCKER_BIN) rmi triton-ort/client:latest triton-ort/server:23.12 $(PYTHON_STANDIN_IMAGE) $(STANDIN_IMAGE) \
-		triton-ort/bookworm:minbase 2>/dev/null
+	-$(DOCKER_BIN) rmi triton-ort/client:latest $(foreach r,23.12 24.10,triton-ort/server:$(r) \
+		triton-ort/tritonserver-standin:$(r)) $(PYTHON_STANDIN_IMAGE) triton-ort/bookworm:minbase 2>/dev/null
 	-$(DOCKER_BIN) image prune --force >/dev/null 2>&1
 	-$(DOCKER_BIN) builder prune --all --force >/dev/null 2>&1
 
@@ -147,4 +151,5 @@ test-container-run:
 	@echo "test-container: builds images in the engine (about 2.4 GB), $(if $(DOCKER_KEEP),kept afterwards (DOCKER_KEEP=1),removed again at the end (DOCKER_KEEP=1 keeps them))"
 	@trap '$(if $(DOCKER_KEEP),,$(MAKE) --no-print-directory docker-clean)' EXIT; \
 	$(MAKE) --no-print-directory docker-images && \
+	$(MAKE) --no-print-directory docker-server-image TRITON_RELEASE=24.10 && \
 	$(PYTHON) -m pytest -v --timeout=600 -p no:cacheprovider tests/container

@@ -31,7 +31,9 @@ CLASSIC = "cannot answer a request after execute returns"
 
 
 def _in_flight(config: model_config_pb2.ModelConfig) -> None:
+    """One demo instance with lanes in flight, without its CUDA graphs (the mode refuses them on a GPU)."""
     config.parameters["inflight_lanes"].string_value = str(LANES)
+    config.optimization.cuda.graphs = False
     del config.instance_group[:]
     config.instance_group.add(count=1)
 
