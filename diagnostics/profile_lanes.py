@@ -18,6 +18,8 @@ Per K it reports
   host_outside_us   mean wall time per iteration outside run() and synchronize: the thread's own Python,
                     which holds the GIL
   sync_wait_us      mean wall time in synchronize
+  session_mib       on a GPU, the device memory each lane's session took when it was made: what one more
+                    lane costs in flight (each lane holds its own weights there)
 On a CPU the same runs go through the CPU provider and the GPU columns are absent (a smoke run; the
 question is the GPU's).
 
@@ -74,9 +76,21 @@ def _lane(onnx_path: Path, gpu: bool) -> tuple[IOBindingRunner, torch.cuda.Strea
     return IOBindingRunner(create_session(onnx_path, ModelOptions(), where), where), stream
 
 
+def _device_used_mib() -> float:
+    """Device memory in use on the current GPU, all allocators (ORT's arena is not torch's), in MiB."""
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) / 2**20
+
+
 def measure(onnx_path: Path, lanes: int, batch: int, seconds: float, warmup: float) -> dict[str, Any]:
     gpu = torch.cuda.is_available()
-    built = [_lane(onnx_path, gpu) for _ in range(lanes)]
+    built = []
+    session_mib = []  # on a GPU: what each lane's session took when it was made (its weights, ORT's state)
+    for _ in range(lanes):
+        before = _device_used_mib() if gpu else 0.0
+        built.append(_lane(onnx_path, gpu))
+        if gpu:
+            session_mib.append(round(_device_used_mib() - before, 1))
     spec = built[0][0].inputs[0]
     inner = [int(d) for d in spec.shape[1:] if d is not None]  # models with fixed inner axes
     records = [LaneRecord() for _ in range(lanes)]
@@ -143,6 +157,9 @@ def measure(onnx_path: Path, lanes: int, batch: int, seconds: float, warmup: flo
         "sync_wait_us": mean_us([v for r in records for v in r.sync_wait]),
         "runs_per_lane": [len(r.in_run) for r in records],
     }
+    if gpu:
+        result["session_mib"] = session_mib
+        result["device_used_mib_after_runs"] = round(_device_used_mib(), 1)
     if reference is not None:
         intervals = [
             (reference.elapsed_time(a) / 1e3, reference.elapsed_time(b) / 1e3)
@@ -171,7 +188,8 @@ def main() -> None:
     results = [measure(args.onnx, k, args.batch, args.seconds, args.warmup) for k in args.lanes]
     for r in results:
         gpu = (
-            f", GPU busy {r['gpu_busy']:.2f}, overlap {r['gpu_overlap']:.2f}, run {r['gpu_run_us']:.0f} us"
+            f", GPU busy {r['gpu_busy']:.2f}, overlap {r['gpu_overlap']:.2f}, run {r['gpu_run_us']:.0f} us, "
+            f"sessions {r['session_mib']} MiB"
             if "gpu_busy" in r
             else ""
         )

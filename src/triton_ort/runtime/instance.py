@@ -120,8 +120,7 @@ class ModelInstance:
                 f"inflight_lanes {self.options.inflight_lanes} cannot be combined with CUDA graphs "
                 "(cuda_graph / optimization.cuda.graphs) on a GPU instance: ORT captures a graph in CUDA's "
                 "global capture mode, which the other lanes' and execute()'s allocations and "
-                "synchronisations would break; "
-                "drop one of them"
+                "synchronisations would break; drop one of them"
             )
         self.plan = ModelPlan.build(config, self.options, hooks, onnx_path, signature, graphs=graphs)
         self.lanes = [Lane.build(self.plan, session, placement, stream, on_numpy)]
