@@ -18,8 +18,8 @@ Per K it reports
   host_outside_us   mean wall time per iteration outside run() and synchronize: the thread's own Python,
                     which holds the GIL
   sync_wait_us      mean wall time in synchronize
-  session_mib       on a GPU, the device memory each lane's session took when it was made: what one more
-                    lane costs in flight (each lane holds its own weights there)
+  session_mib       on a GPU, the device memory each lane's session took when it was made, each with its
+                    own weights (an instance's lanes share theirs: the difference is what sharing saves)
 On a CPU the same runs go through the CPU provider and the GPU columns are absent (a smoke run; the
 question is the GPU's).
 

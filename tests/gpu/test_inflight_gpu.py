@@ -61,3 +61,23 @@ def test_cuda_graphs_are_refused_with_lanes_in_flight() -> None:
     config = demo_instance_config(DEMO_MAX_BATCH, inflight_lanes="2", cuda_graph="true")
     with pytest.raises(ConfigError, match="inflight_lanes 2 cannot be combined with CUDA graphs"):
         ModelInstance(config, demo_onnx().parent, "GPU", 0)
+
+
+def test_the_lanes_sessions_share_one_copy_of_the_weights_on_the_device() -> None:
+    """A change to the shared last-layer bias moves every lane's answers: their sessions use that buffer."""
+    instance = ModelInstance(
+        demo_instance_config(DEMO_MAX_BATCH, inflight_lanes="2"), demo_onnx().parent, "GPU", 0
+    )
+    shared = instance._shared_weights
+    assert shared is not None and shared["2.bias"].device_name() == "cuda"
+    x = {"np_script_embeddings": torch.randn(4, 2010, device="cuda")}
+    before = []
+    for lane in (0, 1):
+        result = instance.infer([x], lane)[0]
+        assert isinstance(result, dict), result
+        before.append(result["np_logits"].clone())  # the lane's buffers are reused
+    shared["2.bias"].update_inplace(shared["2.bias"].numpy() + 1.0)
+    for lane in (0, 1):
+        after = instance.infer([x], lane)[0]
+        assert isinstance(after, dict), after
+        torch.testing.assert_close(after["np_logits"], before[lane] + 1.0, **TF32_TOLERANCE)

@@ -13,9 +13,10 @@ import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from ..errors import ConfigError, unreadable_onnx_file
 
@@ -38,6 +39,14 @@ def read_onnx_file(path: Path) -> onnx.ModelProto:
     if not model.HasField("graph"):  # an empty file parses as an empty ModelProto
         raise unreadable_onnx_file(path, "it holds no graph (an empty file, or not an ONNX model)")
     return model
+
+
+def initializer_arrays(path: Path) -> dict[str, Any]:
+    """The main graph's initializers as numpy arrays, external weights included (the one reader that needs
+    them: weights shared between sessions, runtime/session.py)."""
+    model = read_onnx_file(path)  # its errors, then the weights
+    onnx.load_external_data_for_model(model, str(path.parent))
+    return {tensor.name: numpy_helper.to_array(tensor) for tensor in model.graph.initializer}
 
 
 def subgraphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:

@@ -31,7 +31,14 @@ from .graph_buckets import graphs_on
 from .inflight import InflightScheduler, Pending
 from .lane import Lane, zeros_request
 from .plan import ModelPlan
-from .session import Placement, create_session, session_placement, session_signature
+from .session import (
+    Placement,
+    SharedWeights,
+    create_session,
+    session_placement,
+    session_signature,
+    shared_weights,
+)
 from .stats import ExecuteStats
 
 if TYPE_CHECKING:
@@ -108,7 +115,10 @@ class ModelInstance:
         stream, placement, self.options = _take_device(gpu, device_id, options, on_torch=not on_numpy)
         hooks = load_hooks(version_dir, self.options)
         onnx_path = version_dir / self.options.onnx_file
-        session = create_session(onnx_path, self.options, placement)
+        # lanes in flight on a GPU: one copy of the weights, which every lane's session uses in place
+        shared = _lane_weights(onnx_path, placement) if gpu and self.options.inflight_lanes > 1 else None
+        self._shared_weights = shared  # as long as the sessions that use them
+        session = create_session(onnx_path, self.options, placement, shared)
         # The CUDA EP may not have loaded (allow_cpu_fallback lets the session run on CPU).
         placement = session_placement(session, placement)
         # The plan first, from the config, the options and the session's signature; then the lane, as the
@@ -125,7 +135,7 @@ class ModelInstance:
         self.plan = ModelPlan.build(config, self.options, hooks, onnx_path, signature, graphs=graphs)
         self.lanes = [Lane.build(self.plan, session, placement, stream, on_numpy)]
         for _ in range(self.options.inflight_lanes - 1):
-            self.lanes.append(_another_lane(self.plan, onnx_path, session, placement, on_numpy))
+            self.lanes.append(_another_lane(self.plan, onnx_path, session, placement, on_numpy, shared))
         self.lane = self.lanes[0]
         self.runner = self.lane.runner
         self.batch_runner = self.lane.batch_runner
@@ -292,16 +302,33 @@ def _take_device(
 
 
 def _another_lane(
-    plan: ModelPlan, onnx_path: Path, session: ort.InferenceSession, placement: Placement, on_numpy: bool
+    plan: ModelPlan,
+    onnx_path: Path,
+    session: ort.InferenceSession,
+    placement: Placement,
+    on_numpy: bool,
+    shared: SharedWeights | None,
 ) -> Lane:
     """One more lane of the plan. On a GPU a session of its own on a stream of its own (ORT's CUDA EP takes
-    its stream when the session is made); on the CPU the first lane's session, which ORT runs from several
-    threads at once, so the weights are held once."""
+    its stream when the session is made), over the `shared` weights; on the CPU the first lane's session,
+    which ORT runs from several threads at once, so the weights are held once there too."""
     if not placement.is_cuda:
         return Lane.build(plan, session, placement, None, on_numpy)
     stream = _new_stream(placement.device_id)
     own = Placement("cuda", placement.device_id, stream.cuda_stream)
-    return Lane.build(plan, create_session(onnx_path, plan.options, own), own, stream, on_numpy)
+    return Lane.build(plan, create_session(onnx_path, plan.options, own, shared), own, stream, on_numpy)
+
+
+def _lane_weights(onnx_path: Path, placement: Placement) -> SharedWeights | None:
+    """The model's weights on the device once, for every lane's session; None (each session then holds its
+    own, and the log says so) where they cannot be made."""
+    try:
+        return shared_weights(onnx_path, placement)
+    except Exception as error:
+        LOGGER.warning(
+            "the lanes' sessions each hold their own weights: they could not be shared (%s)", error
+        )
+        return None
 
 
 def _started_metrics(

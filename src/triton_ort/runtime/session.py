@@ -79,8 +79,27 @@ class Placement:
         return self.device_type == "cuda"
 
 
-def _session_options(options: ModelOptions) -> ort.SessionOptions:
+SharedWeights = Mapping[str, ort.OrtValue]
+"""Initializers by name, already where the session computes, that every session given them uses in place
+instead of a copy of its own (ORT's SessionOptions.add_initializer, used in place when its device is the
+planned one): the lanes of one GPU instance hold the model's weights once."""
+
+
+def shared_weights(model_path: Path, placement: Placement) -> SharedWeights:
+    """The model's initializers (main graph), each copied once to where `placement` computes."""
+    from ..model.onnx_files import initializer_arrays
+
+    device = "cuda" if placement.is_cuda else "cpu"
+    return {
+        name: ort.OrtValue.ortvalue_from_numpy(array, device, placement.device_id)
+        for name, array in initializer_arrays(model_path).items()
+    }
+
+
+def _session_options(options: ModelOptions, shared: SharedWeights | None = None) -> ort.SessionOptions:
     session_options = ort.SessionOptions()
+    for name, value in (shared or {}).items():  # the caller keeps them alive as long as the session
+        session_options.add_initializer(name, value)
     check_op_libraries(options.op_libraries)  # a missing file named as `triton-ort config` names it
     for library in options.op_libraries:  # as the native backend: before the session, paths unchanged
         try:
@@ -161,9 +180,11 @@ def _names(providers: list[str | tuple[str, dict[str, str]]]) -> list[str]:
     return [p if isinstance(p, str) else p[0] for p in providers]
 
 
-def create_session(model_path: Path, options: ModelOptions, placement: Placement) -> ort.InferenceSession:
+def create_session(
+    model_path: Path, options: ModelOptions, placement: Placement, shared: SharedWeights | None = None
+) -> ort.InferenceSession:
     """A session on `placement`; a GPU session without a working CUDA EP (or TensorRT EP, when the config
-    asks for it) fails here, with a diagnosis."""
+    asks for it) fails here, with a diagnosis. `shared`: weights it uses in place of its own copy."""
     if not model_path.is_file():
         raise ConfigError(
             f"ONNX file {model_path} does not exist (parameter onnx_file={options.onnx_file!r})"
@@ -189,14 +210,14 @@ def create_session(model_path: Path, options: ModelOptions, placement: Placement
             p for p in providers if (p if isinstance(p, str) else p[0]) not in (CUDA_EP, TENSORRT_EP)
         ]
     try:
-        session, ep_error = _new_session(model_path, options, providers)
+        session, ep_error = _new_session(model_path, options, providers, shared)
     except Exception as error:  # ORT raises its Fail, which its own retry does not catch
         if not (placement.is_cuda and options.cuda_graph and _GRAPHS_REFUSED.search(str(error))):
             raise
-        session, ep_error = _without_graphs(model_path, options, placement, str(error))
+        session, ep_error = _without_graphs(model_path, options, placement, str(error), shared)
         options = dataclasses.replace(options, cuda_graph=False)
     if placement.is_cuda and options.cuda_graph and _GRAPHS_REFUSED.search(ep_error):  # ORT retried on CPU
-        session, ep_error = _without_graphs(model_path, options, placement, ep_error)
+        session, ep_error = _without_graphs(model_path, options, placement, ep_error, shared)
         options = dataclasses.replace(options, cuda_graph=False)
     if TENSORRT_EP in _names(providers) and TENSORRT_EP not in session.get_providers():
         # ORT's Python API retries without a provider that fails to start, but with default CUDA options
@@ -208,7 +229,7 @@ def create_session(model_path: Path, options: ModelOptions, placement: Placement
             "allow_cuda_fallback is set: running %s on the CUDA EP. %s", model_path.name, diagnosis
         )
         providers = [p for p in providers if _names([p]) != [TENSORRT_EP]]
-        session, ep_error = _new_session(model_path, options, providers)
+        session, ep_error = _new_session(model_path, options, providers, shared)
     if placement.is_cuda and CUDA_EP not in session.get_providers():
         diagnosis = diagnose_missing_cuda_provider(ep_error)
         if not options.allow_cpu_fallback:
@@ -241,7 +262,11 @@ def cuda_graphs_enabled(session: ort.InferenceSession) -> bool:
 
 
 def _without_graphs(
-    model_path: Path, options: ModelOptions, placement: Placement, refusal: str
+    model_path: Path,
+    options: ModelOptions,
+    placement: Placement,
+    refusal: str,
+    shared: SharedWeights | None = None,
 ) -> tuple[ort.InferenceSession, str]:
     """The session again without CUDA graphs, where ORT refused to capture the model (a compute node off the
     CUDA EP, copies between devices, control flow): CUDA graphs are an optimisation, so the model still
@@ -253,18 +278,23 @@ def _without_graphs(
         refusal.strip(),
     )
     options = dataclasses.replace(options, cuda_graph=False)
-    return _new_session(model_path, options, requested_providers(options, placement))
+    return _new_session(model_path, options, requested_providers(options, placement), shared)
 
 
 def _new_session(
-    model_path: Path, options: ModelOptions, providers: list[str | tuple[str, dict[str, str]]]
+    model_path: Path,
+    options: ModelOptions,
+    providers: list[str | tuple[str, dict[str, str]]],
+    shared: SharedWeights | None = None,
 ) -> tuple[ort.InferenceSession, str]:
     """The session, and the error ORT printed if a provider failed and ORT retried with fewer providers or
     default options ("EP Error ... Falling back to ..."), which the checks after this report."""
     captured = io.StringIO()
     try:
         with contextlib.redirect_stdout(captured):
-            session = ort.InferenceSession(str(model_path), _session_options(options), providers=providers)
+            session = ort.InferenceSession(
+                str(model_path), _session_options(options, shared), providers=providers
+            )
     except InvalidProtobuf as error:  # a damaged file, or not an ONNX file: the message auto-complete gives
         raise unreadable_onnx_file(model_path, error) from error
     except Exception as error:  # an operator no one registers: the node, its domain and the config line
