@@ -15,6 +15,7 @@ import torch
 
 from client.bench_common import NGC_NATIVE_BACKEND, native_backend_folder
 from client.bench_plot import draw
+from tests.support.commands import python_module
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.integration
@@ -50,13 +51,14 @@ def bench_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comp
         "demo",
     ]
     subprocess.run(build, cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
-    command = [
-        *(sys.executable, "-m", "client.bench", "--models", "demo", "--repository", str(repository)),
-        *("--duration", "0.2", "--warmup", "0.1", "--min-requests", "5", "--client-processes", "1"),
-        *("--concurrency", *map(str, CONCURRENCIES), "--out", str(work / "results" / "bench.json")),
-    ]
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-4000:]
+    result = python_module(
+        "client.bench",
+        *("--models", "demo", "--repository", str(repository), "--duration", "0.2", "--warmup", "0.1"),
+        *("--min-requests", "5", "--client-processes", "1", "--concurrency", *map(str, CONCURRENCIES)),
+        *("--out", str(work / "results" / "bench.json")),
+        timeout=900,
+        env=env,
+    )
     return result, work
 
 

@@ -6,28 +6,26 @@ the reference before timing it and stops on a wrong one), is measured, and has i
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from client.bench_common import native_backend_folder
 from client.pipelines import NATIVE_WAY, PIPELINES, WAYS
-from tests.support.paths import ROOT
+from tests.support.commands import python_module
 
 pytestmark = pytest.mark.integration
 
 
 def test_every_way_of_every_pipeline_answers_right_and_is_measured(tmp_path: Path) -> None:
     out = tmp_path / "pipelines.json"
-    command = [
-        *(sys.executable, "-m", "client.bench_pipelines", "--repository", str(tmp_path / "repository")),
-        *("--seconds", "0.2", "--warmup", "0", "--client-processes", "1", "--concurrency", "1", "2"),
-        *("--batch", "4", "--profile", "--out", str(out)),
-    ]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
-    assert result.returncode == 0, result.stderr[-4000:]
+    result = python_module(
+        "client.bench_pipelines",
+        *("--repository", str(tmp_path / "repository"), "--seconds", "0.2", "--warmup", "0"),
+        *("--client-processes", "1", "--concurrency", "1", "2", "--batch", "4", "--profile"),
+        *("--out", str(out)),
+        timeout=900,
+    )
     assert "WRONG ANSWER" not in result.stdout + result.stderr
     report = json.loads(out.read_text())
     native = native_backend_folder(None) is not None  # NGC's images have it; elsewhere the way is skipped

@@ -6,13 +6,11 @@ where it has not (2.41, CI's); the classic model answers on both."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.paths import ROOT
+from tests.support.commands import python_module
 from triton_ort.harness.releases import release_for
 
 pytestmark = pytest.mark.integration
@@ -20,13 +18,12 @@ pytestmark = pytest.mark.integration
 
 def test_answers_from_other_threads_where_the_release_has_the_response_sender(tmp_path: Path) -> None:
     out = tmp_path / "inflight.json"
-    command = [
-        *(sys.executable, "-m", "diagnostics.inflight_floor", "--repository", str(tmp_path / "repository")),
-        *("--lanes", "2", "--wait-ms", "5", "--seconds", "0.3", "--warmup", "0.1", "--concurrency", "4"),
-        *("--json", str(out)),
-    ]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
-    assert result.returncode == 0, result.stderr[-4000:]
+    python_module(
+        "diagnostics.inflight_floor",
+        *("--repository", str(tmp_path / "repository"), "--lanes", "2", "--wait-ms", "5"),
+        *("--seconds", "0.3", "--warmup", "0.1", "--concurrency", "4", "--json", str(out)),
+        timeout=600,
+    )
     report = json.loads(out.read_text())
     classic, inflight = report["results"]["classic"], report["results"]["inflight_2"]
     assert classic["requests_per_s"] > 0, classic  # its answers were checked before it was timed
