@@ -86,6 +86,13 @@ def _read_inputs(request: pb_utils.InferenceRequest, on_numpy: bool) -> dict[str
     return tensors
 
 
+def _device_inputs(tensors: dict[str, Any] | Exception) -> set[Any]:
+    """The devices of a reading's tensors that are in device memory (none for an error or host tensors)."""
+    if isinstance(tensors, Exception):
+        return set()
+    return {tensor.device for tensor in tensors.values() if getattr(tensor, "is_cuda", False)}
+
+
 def _read_for_lanes(request: pb_utils.InferenceRequest, on_numpy: bool) -> dict[str, Any] | Exception:
     """A request's tensors for the lanes (or its error), with every device input copied. The server releases
     a request kept in flight when execute returns, and its device inputs with it (python_backend 24.10
@@ -108,26 +115,17 @@ def _read_for_lanes(request: pb_utils.InferenceRequest, on_numpy: bool) -> dict[
 def _copies_waited_for(readings: list[dict[str, Any] | Exception]) -> list[dict[str, Any] | Exception]:
     """The readings once their device copies are complete (a lane computes on a stream of its own, which
     does not wait for the current stream); a device that fails meanwhile fails the requests that used it."""
-    devices = {
-        tensor.device
-        for tensors in readings
-        if isinstance(tensors, dict)
-        for tensor in tensors.values()
-        if getattr(tensor, "is_cuda", False)
-    }
-    if not devices:
+    devices = [_device_inputs(tensors) for tensors in readings]
+    if not any(devices):
         return readings
     import torch
 
     try:
-        for device in devices:
+        for device in set().union(*devices):
             torch.cuda.current_stream(device).synchronize()
     except Exception as error:
         failure = InferenceError(f"the device failed while copying the request's inputs: {error}")
-        on_device = [
-            isinstance(t, dict) and any(getattr(v, "is_cuda", False) for v in t.values()) for t in readings
-        ]
-        return [failure if copied else tensors for tensors, copied in zip(readings, on_device, strict=True)]
+        return [failure if used else tensors for tensors, used in zip(readings, devices, strict=True)]
     return readings
 
 
