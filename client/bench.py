@@ -587,30 +587,12 @@ def ratio_table(results: list[Measurement], placements: dict[str, str]) -> str:
                 ours_top,
                 "requests_per_s",
             ),
-            *(
-                (
-                    f"in flight, {k} lanes, 1 instance p50 / ours p50 (c=1)",
-                    get(f"ours-inflight{k}"),
-                    ours,
-                    "p50_us",
-                )
-                for k in lanes
-            ),
-            *(
-                (
-                    f"in flight, {k} lanes, 1 instance / ours throughput (c={top})",
-                    get(f"ours-inflight{k}", top),
-                    ours_top,
-                    "requests_per_s",
-                )
-                for k in lanes
-            ),
-            *(
-                (
-                    f"in flight, {k} lanes / native throughput (c={top})",
-                    get(f"ours-inflight{k}", top),
-                    get("native", top),
-                    "requests_per_s",
+            *(  # one in-flight instance of k lanes, against the shipped config and the native backend
+                (f"in flight, {k} lanes{label}", get(f"ours-inflight{k}", c), other, field)
+                for label, c, other, field in (
+                    (", 1 instance p50 / ours p50 (c=1)", 1, ours, "p50_us"),
+                    (f", 1 instance / ours throughput (c={top})", top, ours_top, "requests_per_s"),
+                    (f" / native throughput (c={top})", top, get("native", top), "requests_per_s"),
                 )
                 for k in lanes
             ),
