@@ -17,6 +17,7 @@ import tritonclient.http as httpclient
 from numpy.typing import NDArray
 
 from tests.container.conftest import HTTP_URL, Compose, docker
+from tests.support.repository import keep_in_flight
 
 RELEASE = "24.10"
 IMAGE = f"triton-ort/server:{RELEASE}"
@@ -38,15 +39,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Compose, 
         docker("cp", f"{created}:/models/demo", str(root / "demo"))
     finally:
         docker("rm", created)
-    config = root / "demo" / "config.pbtxt"
-    text = config.read_text().replace("count: 2", "count: 1").replace("graphs: true", "graphs: false")
-    config.write_text(
-        text.replace(
-            "parameters [",
-            f'parameters [\n  {{ key: "inflight_lanes", value: {{ string_value: "{LANES}" }} }},',
-            1,
-        )
-    )
+    keep_in_flight(root / "demo", LANES)
     for path in [root, *root.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     compose = Compose(

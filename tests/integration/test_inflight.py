@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
 from tests.support.paths import MODEL_REPOSITORY, SERVER_TOLERANCE, demo_onnx
+from tests.support.repository import keep_in_flight
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.releases import server_release
 from triton_ort.harness.repository import copy_model
@@ -30,19 +30,11 @@ IN_FLIGHT = f"keeping requests in flight on {LANES} lanes"
 CLASSIC = "cannot answer a request after execute returns"
 
 
-def _in_flight(config: model_config_pb2.ModelConfig) -> None:
-    """One demo instance with lanes in flight, without its CUDA graphs (the mode refuses them on a GPU)."""
-    config.parameters["inflight_lanes"].string_value = str(LANES)
-    config.optimization.cuda.graphs = False
-    del config.instance_group[:]
-    config.instance_group.add(count=1)
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServer]:
     demo_onnx()
     repository = tmp_path_factory.mktemp("inflight") / "repository"
-    copy_model(MODEL_REPOSITORY / "demo", repository, MODEL, _in_flight)
+    keep_in_flight(copy_model(MODEL_REPOSITORY / "demo", repository, MODEL), LANES)
     explicit = ["--model-control-mode=explicit", f"--load-model={MODEL}"]
     with LocalTritonServer(repository, extra_args=explicit) as server:
         yield server

@@ -21,8 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, demo_reference, measured
 from tests.support.paths import ROOT, SERVER_TOLERANCE
-from tests.support.repository import build_demo_repository
-from triton_ort.harness.repository import read_config, write_config
+from tests.support.repository import build_demo_repository, keep_in_flight
 from triton_ort.harness.server import LocalTritonServer
 from triton_ort.harness.transport import infer_inputs
 
@@ -113,15 +112,6 @@ def test_256_concurrent_clients_get_no_errors_beyond_the_intended_ones(server: L
     assert httpclient.InferenceServerClient(server.http_url).is_server_ready()
 
 
-def _in_flight(model_dir: Path, lanes: int) -> None:
-    """The demo keeping requests in flight on `lanes` lanes (without its CUDA graphs, which the mode
-    refuses); on a release without the response sender it serves classic (docs/inflight.md)."""
-    config = read_config(model_dir)
-    config.parameters["inflight_lanes"].string_value = str(lanes)
-    config.optimization.cuda.graphs = False
-    write_config(model_dir, config)
-
-
 @pytest.mark.parametrize("inflight_lanes", [0, 2], ids=["classic", "in-flight"])
 def test_soak_ci_size(tmp_path: Path, inflight_lanes: int) -> None:
     """client/soak.py --local as CI runs it: a mixed stream at concurrency 64, every answer checked,
@@ -129,7 +119,7 @@ def test_soak_ci_size(tmp_path: Path, inflight_lanes: int) -> None:
     requests kept in flight (2.47 and later; classic on earlier releases)."""
     repository = build_demo_repository(tmp_path / "repository")
     if inflight_lanes:
-        _in_flight(repository / "demo", inflight_lanes)
+        keep_in_flight(repository / "demo", inflight_lanes)
     summary_path = tmp_path / "soak.json"
     command = [
         sys.executable,

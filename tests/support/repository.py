@@ -26,6 +26,8 @@ from triton_ort.harness.repository import (
     add_model,
     copy_model,
     pin_one_instance,
+    read_config,
+    write_config,
 )
 
 LONG_QUEUE_DELAY_US = 200_000
@@ -81,6 +83,16 @@ def build_demo_repository(repository: Path) -> Path:
     shutil.copy(demo_onnx(), repository / "demo" / "1" / "model.onnx")
     pin_one_instance(repository / "demo")
     return repository
+
+
+def keep_in_flight(model_dir: Path, lanes: int) -> None:
+    """The model, one instance, keeping requests in flight on `lanes` lanes, without CUDA graphs, which the
+    mode refuses on a GPU (docs/inflight.md); a release without the response sender serves it classic."""
+    pin_one_instance(model_dir)
+    config = read_config(model_dir)
+    config.parameters["inflight_lanes"].string_value = str(lanes)
+    config.optimization.cuda.graphs = False
+    write_config(model_dir, config)
 
 
 def build_test_repository(repository: Path) -> Path:
