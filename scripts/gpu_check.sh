@@ -8,14 +8,15 @@
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh reliability   # tests/reliability alone (~317 s)
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh bench [models...]   # the smoke check and the benchmark
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh pipelines [args...] # client.bench_pipelines (docs/pipelines.md)
-#   OUT=/tmp/gpu-out bash scripts/gpu_check.sh inflight      # profile_lanes + inflight_floor (docs/inflight.md)
+#   OUT=/tmp/gpu-out bash scripts/gpu_check.sh lanes         # profile_lanes + inflight_floor (docs/inflight.md)
+#   OUT=/tmp/gpu-out bash scripts/gpu_check.sh inflight      # lanes, then client.bench with the in-flight variants
 # Logs and summary-<mode>.txt go to $OUT (JUnit XML to a temporary folder); the summary table (tier, passed, failed, errors,
 # skipped, seconds) is printed last. Exit status non-zero if any tier failed or did not finish.
 set -uo pipefail
 MODE=${1:-}
 case "$MODE" in
-  tiers | reliability | bench | pipelines | inflight) shift ;;
-  *) echo "usage: OUT=DIR bash scripts/gpu_check.sh tiers|reliability|bench [models...]|pipelines [args...]|inflight" >&2; exit 2 ;;
+  tiers | reliability | bench | pipelines | lanes | inflight) shift ;;
+  *) echo "usage: OUT=DIR bash scripts/gpu_check.sh tiers|reliability|bench [models...]|pipelines [args...]|lanes|inflight" >&2; exit 2 ;;
 esac
 OUT=${OUT:-/tmp/gpu-out}
 HOST_PYTHON=${HOST_PYTHON:-python3}
@@ -40,7 +41,7 @@ if [ "$MODE" = bench ]; then
     2>"$OUT/bench-progress.log" | tee "$OUT/bench.log" || status=1
   exit $status
 fi
-if [ "$MODE" = inflight ]; then
+if [ "$MODE" = lanes ] || [ "$MODE" = inflight ]; then
   # ORT's lanes on the GPU (the mlp4096 and the demo, 1, 2 and 4 lanes), the stub's own in-flight floor
   # with the mlp4096's shape per request (300 us of Python, 0.5 ms on the GPU) and with a plain 2 ms wait,
   # then the benchmark with the in-flight instances
@@ -54,6 +55,7 @@ if [ "$MODE" = inflight ]; then
     --json "$OUT/inflight-floor-mlp4096-shape.json" 2>&1 | tee -a "$OUT/inflight.log" || status=1
   "$PYTHON" -m diagnostics.inflight_floor --lanes 1 2 4 8 --wait-ms 2 \
     --json "$OUT/inflight-floor-2ms.json" 2>&1 | tee -a "$OUT/inflight.log" || status=1
+  [ "$MODE" = lanes ] && exit $status
   # the in-flight instances (one instance, 2 and 4 lanes) beside the classic config and the anchors, in one
   # run; no PyTriton or MPS here, to fit the call
   "$PYTHON" -m client.bench --models mlp4096 demo --skip-pytriton --out "$OUT/bench-inflight-gpu.json" \
