@@ -18,7 +18,7 @@ import tritonclient.http as httpclient
 
 from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, demo_reference, measured
 from tests.support.paths import SERVER_TOLERANCE
-from tests.support.repository import build_demo_repository
+from tests.support.repository import build_demo_repository, keep_in_flight
 from triton_ort.harness.processes import alive, descendants, rss_bytes, stub_processes, zombies
 from triton_ort.harness.releases import server_release
 from triton_ort.harness.repository import read_config, write_config
@@ -134,12 +134,17 @@ def _refused_since(load: Load, moment: float) -> int:
     return sum(e.outcome == "error" and e.started > moment for e in load.events)
 
 
-def test_killed_stub_fails_clearly_and_is_restarted_where_the_release_does(demo_repository: Path) -> None:
+@pytest.mark.parametrize("lanes", [0, 2])
+def test_killed_stub_fails_clearly_and_is_restarted_where_the_release_does(demo_repository: Path, lanes: int) -> None:
     """SIGKILL the demo's stub while 8 clients send. Every release answers the requests the dead stub held
     with "Stub process is not healthy" (INTERNAL); no answer is wrong and no client hangs. Then it depends
     on the release (releases.py, restarts_killed_stub): 2.41 starts a new stub and answers again (seen here:
     in about 2-3 s; in about a third of runs tritonserver itself dies, SIGSEGV in libtriton_python.so,
-    right after the restart: docs/reliability.md); 2.51 restarts nothing and keeps refusing, server live."""
+    right after the restart: docs/reliability.md); 2.51 restarts nothing and keeps refusing, server live.
+    With `lanes`, one instance keeps requests in flight (docs/inflight.md) where the release has the
+    response sender: the requests queued in the dead stub are answered the same way, none lost."""
+    if lanes:
+        keep_in_flight(demo_repository / "demo", lanes)
     with LocalTritonServer(demo_repository) as server:
         assert server.process is not None
         release = server_release(server.http_url)
@@ -187,6 +192,8 @@ def test_killed_stub_fails_clearly_and_is_restarted_where_the_release_does(demo_
             stubs_after = wait_for(lambda: stub_processes(server_pid), 30)
         unreaped = zombies(server_pid)
         log = server.log()
+    if lanes and release.answers_through_response_sender:
+        assert f"keeping requests in flight on {lanes} lanes" in log, log[-2000:]
     failures = [e for e in load.events if e.outcome != "ok" and e.finished > killed_at]
     assert hung == [], f"{len(hung)} client threads never got an answer"
     assert load.outcomes()["wrong"] == 0
