@@ -135,7 +135,9 @@ def _refused_since(load: Load, moment: float) -> int:
 
 
 @pytest.mark.parametrize("lanes", [0, 2])
-def test_killed_stub_fails_clearly_and_is_restarted_where_the_release_does(demo_repository: Path, lanes: int) -> None:
+def test_killed_stub_fails_clearly_and_is_restarted_where_the_release_does(
+    demo_repository: Path, lanes: int
+) -> None:
     """SIGKILL the demo's stub while 8 clients send. Every release answers the requests the dead stub held
     with "Stub process is not healthy" (INTERNAL); no answer is wrong and no client hangs. Then it depends
     on the release (releases.py, restarts_killed_stub): 2.41 starts a new stub and answers again (seen here:
