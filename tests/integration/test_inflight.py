@@ -1,26 +1,32 @@
 """Requests in flight (parameter inflight_lanes) on the real tritonserver. Where the release lets a model
 that is not decoupled answer after execute returns (2.47 and later: the GPU test host's 2.51), concurrent
 requests over HTTP and gRPC each get in-process ONNX Runtime's answer from the lanes, a bad request its own
-error, and an unload with requests in flight leaves none unanswered. Where it does not (2.41, CI's), the
+error, requests their clients cancel leave none unanswered, and an unload with requests in flight leaves
+none unanswered. Where it does not (2.41, CI's), the
 model serves classic and says why once."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from tests.support.metrics_port import scrape, series
 from tests.support.paths import MODEL_REPOSITORY, SERVER_TOLERANCE, demo_onnx
 from tests.support.repository import keep_in_flight
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.releases import server_release
 from triton_ort.harness.repository import copy_model
 from triton_ort.harness.server import LocalTritonServer
-from triton_ort.harness.transport import infer, make_client
+from triton_ort.harness.transport import infer, infer_inputs, make_client
+from triton_ort.harness.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -72,6 +78,58 @@ def test_a_bad_request_gets_its_own_error_and_neighbours_their_answers(served: L
     with pytest.raises(InferenceServerException, match="np_script_embeddings"):
         infer(client, MODEL, {"np_script_embeddings": np.zeros((1, 7), np.float32)}, ["np_logits"])
     _answers_right(served, 8)
+
+
+def test_requests_their_clients_cancel_leave_none_unanswered(served: LocalTritonServer) -> None:
+    """A burst over gRPC whose every other request its client cancels at once: the requests kept get their
+    answers; each cancelled one ends CANCELLED, or answered right where it ran first; and every request
+    the model took was answered exactly once (a request it never answered would stay in the in-flight gauge
+    and hold the model loaded: the gauge returns to 0, and the model unloads and loads again). Which layer
+    notices a cancellation depends on timing: the client, Triton's queue, or a lane (runtime/inflight.py,
+    for a request waiting in our queue: 0 to 16 of the 24 per run on the 2-core CPU machine)."""
+    client = grpcclient.InferenceServerClient(served.grpc_url)
+    x = np.ones((64, 2010), np.float32)
+    want = reference_outputs(demo_onnx(), {"np_script_embeddings": x})["np_logits"]
+    count = 48
+    outcomes: dict[int, Any] = {}
+    all_back = threading.Event()
+
+    def record(index: int) -> Callable[[Any, Any], None]:
+        def callback(result: Any, error: Any) -> None:
+            outcomes[index] = error if error is not None else result.as_numpy("np_logits")
+            if len(outcomes) == count:
+                all_back.set()
+
+        return callback
+
+    inputs = infer_inputs(grpcclient, {"np_script_embeddings": x})
+    calls = [client.async_infer(MODEL, inputs, record(index)) for index in range(count)]
+    time.sleep(0.02)  # some wait in our queue by now
+    for call in calls[1::2]:
+        call.cancel()
+    assert all_back.wait(60), f"{count - len(outcomes)} request(s) never came back"
+    for index, got in outcomes.items():
+        if index % 2 == 1 and isinstance(got, InferenceServerException):
+            assert "CANCELLED" in str(got.status()), got
+        else:
+            assert not isinstance(got, Exception), (index, got)
+            np.testing.assert_allclose(got, want, **SERVER_TOLERANCE)
+    if server_release(served.http_url).answers_through_response_sender:
+        wait_for(
+            lambda: series(scrape(served), "triton_ort_inflight_requests", model=MODEL)
+            and sum(series(scrape(served), "triton_ort_inflight_requests", model=MODEL).values()) == 0,
+            10,
+            "no request left in flight",
+        )
+    http = make_client("http", served.http_url)
+    http.unload_model(MODEL)
+    wait_for(lambda: not _loaded(http), 30, f"{MODEL} unloaded")
+    http.load_model(MODEL)
+    _answers_right(served, 8)
+
+
+def _loaded(client: Any) -> bool:
+    return any(m["name"] == MODEL and m.get("state") == "READY" for m in client.get_model_repository_index())
 
 
 def test_an_unload_with_requests_in_flight_leaves_none_unanswered(served: LocalTritonServer) -> None:
