@@ -2,8 +2,7 @@
 that is not decoupled answer after execute returns (2.47 and later: the GPU test host's 2.51), concurrent
 requests over HTTP and gRPC each get in-process ONNX Runtime's answer from the lanes, a bad request its own
 error, requests their clients cancel leave none unanswered, and an unload with requests in flight leaves
-none unanswered. Where it does not (2.41, CI's), the
-model serves classic and says why once."""
+none unanswered. Where it does not (2.41, CI's), the model serves classic and says why once."""
 
 from __future__ import annotations
 
@@ -115,17 +114,18 @@ def test_requests_their_clients_cancel_leave_none_unanswered(served: LocalTriton
             assert not isinstance(got, Exception), (index, got)
             np.testing.assert_allclose(got, want, **SERVER_TOLERANCE)
     if server_release(served.http_url).answers_through_response_sender:
-        wait_for(
-            lambda: series(scrape(served), "triton_ort_inflight_requests", model=MODEL)
-            and sum(series(scrape(served), "triton_ort_inflight_requests", model=MODEL).values()) == 0,
-            10,
-            "no request left in flight",
-        )
+        wait_for(lambda: _in_flight(served) == 0, 10, "no request left in flight")
     http = make_client("http", served.http_url)
     http.unload_model(MODEL)
     wait_for(lambda: not _loaded(http), 30, f"{MODEL} unloaded")
     http.load_model(MODEL)
     _answers_right(served, 8)
+
+
+def _in_flight(server: LocalTritonServer) -> float | None:
+    """The model's in-flight gauge, summed over its instances; None before it is first sent."""
+    values = series(scrape(server), "triton_ort_inflight_requests", model=MODEL)
+    return sum(values.values()) if values else None
 
 
 def _loaded(client: Any) -> bool:
