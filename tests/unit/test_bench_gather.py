@@ -3,28 +3,20 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from tests.support.paths import ROOT
+from tests.support.commands import python_module
 
 
 def run_bench_gather(out: Path, *args: str) -> tuple[dict[str, Any], str]:
     """diagnostics.bench_gather on the CPU with 20 calls (2 warm-up), its JSON in `out`: (the report,
     stdout)."""
-    finished = subprocess.run(
-        [
-            *(sys.executable, "-m", "diagnostics.bench_gather", "--device", "cpu", *args),
-            *("--calls", "20", "--warmup", "2", "--json", str(out)),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    finished = python_module(
+        "diagnostics.bench_gather",
+        *("--device", "cpu", *args, "--calls", "20", "--warmup", "2", "--json", str(out)),
         timeout=120,
     )
-    assert finished.returncode == 0, finished.stderr
     return json.loads(out.read_text()), finished.stdout
 
 
