@@ -218,12 +218,12 @@ def test_killed_stub_comes_back(served: Compose, reference: Any) -> None:
             answers += round_answers
             if round_answers != ["ok"] * 4:
                 time.sleep(0.5)
-            now = [s["pid"] for s in stubs(container)] if _running(container) else []
+            now, down = _stub_pids_while_restarting(container)
             # Every instance has a live stub again, the victim is not among them, and the last 12 were right.
             if len(now) == len(before) and victim not in now and answers[-12:] == ["ok"] * 12:
                 break
             assert time.monotonic() < deadline, (
-                f"not recovered in 240 s: stubs {before} -> {now}, last {answers[-3:]}"
+                f"not recovered in 240 s: stubs {before} -> {now} {down}, last {answers[-3:]}"
             )
     restarts = int(inspect(container, "{{.RestartCount}}")) - restarts_before
     refused = [a for a in answers if a != "ok"]
@@ -233,13 +233,33 @@ def test_killed_stub_comes_back(served: Compose, reference: Any) -> None:
     )
 
 
-def _running(container: str) -> bool:
-    return inspect(container, "{{.State.Running}}") == "true"
+def _wait_ready(timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpclient.InferenceServerClient(HTTP_URL).is_server_ready():
+                return
+        except Exception:  # refused or reset while the container restarts
+            pass
+        assert time.monotonic() < deadline, f"the server was not ready within {timeout_s} s"
+        time.sleep(0.5)
+
+
+def _stub_pids_while_restarting(container: str) -> tuple[list[int], str]:
+    """The stubs' pids, or none and why while the container is down: the restart policy can take it down
+    and up again between any two docker calls, so a failed look is a "not yet", never an error."""
+    result = docker("exec", container, "python3", "-c", PROCESSES, check=False)
+    if result.returncode != 0:
+        return [], f"(container not answering: {result.stderr.strip()[:120]})"
+    return [p["pid"] for p in json.loads(result.stdout) if "triton_python_backend_stub" in p["cmd"]], ""
 
 
 def test_stop_with_requests_in_flight(served: Compose, reference: Any) -> None:
     """`docker compose stop` under load: every request is answered right or refused cleanly, and the
     server exits inside stop_grace_period (tritonserver's own exit, not Docker's SIGKILL)."""
+    # Ready first: a test before this one may have left the container restarting (a killed stub can take
+    # tritonserver down with it), and this test is about a stop, not a start.
+    _wait_ready(START_PERIOD_S)
     container = served.container()
     outcomes: list[str] = []
     wrong: list[str] = []
