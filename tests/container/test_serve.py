@@ -17,7 +17,9 @@ import tritonclient.http as httpclient
 from numpy.typing import NDArray
 from tritonclient.utils import InferenceServerException
 
-from tests.container.conftest import HTTP_URL, Compose, docker, inspect
+from tests.container.conftest import HTTP_URL, PORTS, Compose, docker, inspect
+from tests.support.user_commands import ready
+from triton_ort.harness.waiting import wait_for
 
 MODEL = "demo"
 START_PERIOD_S = 180  # docker/compose.yaml's healthcheck start_period
@@ -233,25 +235,13 @@ def test_killed_stub_comes_back(served: Compose, reference: Any) -> None:
     )
 
 
-def _wait_ready(timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if httpclient.InferenceServerClient(HTTP_URL).is_server_ready():
-                return
-        except Exception:  # refused or reset while the container restarts
-            pass
-        assert time.monotonic() < deadline, f"the server was not ready within {timeout_s} s"
-        time.sleep(0.5)
-
-
 def _stub_pids_while_restarting(container: str) -> tuple[list[int], str]:
     """The stubs' pids, or none and why while the container is down: the restart policy can take it down
     and up again between any two docker calls, so a failed look is a "not yet", never an error."""
-    result = docker("exec", container, "python3", "-c", PROCESSES, check=False)
-    if result.returncode != 0:
-        return [], f"(container not answering: {result.stderr.strip()[:120]})"
-    return [p["pid"] for p in json.loads(result.stdout) if "triton_python_backend_stub" in p["cmd"]], ""
+    try:
+        return [s["pid"] for s in stubs(container)], ""
+    except subprocess.CalledProcessError as error:
+        return [], f"(container not answering: {error.stderr.strip()[:120]})"
 
 
 def test_stop_with_requests_in_flight(served: Compose, reference: Any) -> None:
@@ -259,7 +249,7 @@ def test_stop_with_requests_in_flight(served: Compose, reference: Any) -> None:
     server exits inside stop_grace_period (tritonserver's own exit, not Docker's SIGKILL)."""
     # Ready first: a test before this one may have left the container restarting (a killed stub can take
     # tritonserver down with it), and this test is about a stop, not a start.
-    _wait_ready(START_PERIOD_S)
+    wait_for(lambda: ready(int(PORTS["HTTP_PORT"])), START_PERIOD_S, "the server ready", interval_s=0.5)
     container = served.container()
     outcomes: list[str] = []
     wrong: list[str] = []

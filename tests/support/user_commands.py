@@ -39,7 +39,8 @@ def shell(
     )
 
 
-def _ready(http_port: int) -> bool:
+def ready(http_port: int) -> bool:
+    """Whether a server answers /v2/health/ready on this port (refused or reset: not yet)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/health/ready", timeout=2) as reply:
             return bool(reply.status == 200)
@@ -65,7 +66,7 @@ def serving(
         )
     try:
         deadline = time.monotonic() + timeout_s
-        while not _ready(http_port):
+        while not ready(http_port):
             if server.poll() is not None:
                 pytest.fail(f"{command!r} exited with {server.returncode}:\n{log.read_text()[-3000:]}")
             if time.monotonic() > deadline:
