@@ -171,6 +171,7 @@ def test_killed_stub_fails_clearly_and_is_restarted_where_the_release_does(
                 )
             except AssertionError:
                 since = Counter((e.outcome, e.detail[:90]) for e in load.events if e.finished > killed_at)
+                seen = f"since the kill: {dict(since)}; stubs now: {stub_processes(server_pid)}"
                 if release.restarts_killed_stub and process.poll() is None:
                     # The 2.41 restart defect's fourth face (twice in full CI-size runs on the 2-core machine,
                     # never in 16 runs of this test alone): the server lives and neither answers nor dies.
@@ -180,11 +181,10 @@ def test_killed_stub_fails_clearly_and_is_restarted_where_the_release_does(
                     load.stop(timeout_s=60)
                     pytest.xfail(
                         "tritonserver 2.41 neither answered nor died within 90 s of a stub killed under load "
-                        f"(upstream); since the kill: {dict(since)}; stubs now: {stub_processes(server_pid)}"
+                        f"(upstream); {seen}"
                     )
                 raise AssertionError(
-                    f"within 90 s of the kill the server neither answered again nor died; since the kill: "
-                    f"{dict(since)}; stubs now: {stub_processes(server_pid)}; "
+                    f"within 90 s of the kill the server neither answered again nor died; {seen}; "
                     f"log ends:\n{server.log()[-3000:]}"
                 ) from None
             time.sleep(3)  # keep the load on: answers after recovery must stay right (and no late crash)
