@@ -117,7 +117,7 @@ def test_requests_their_clients_cancel_leave_none_unanswered(served: LocalTriton
         wait_for(lambda: _in_flight(served) == 0, 10, "no request left in flight")
     http = make_client("http", served.http_url)
     http.unload_model(MODEL)
-    wait_for(lambda: not _loaded(http), 30, f"{MODEL} unloaded")
+    wait_for(lambda: _unloaded(http), 30, f"{MODEL} unloaded")
     http.load_model(MODEL)
     _answers_right(served, 8)
 
@@ -128,8 +128,11 @@ def _in_flight(server: LocalTritonServer) -> float | None:
     return sum(values.values()) if values else None
 
 
-def _loaded(client: Any) -> bool:
-    return any(m["name"] == MODEL and m.get("state") == "READY" for m in client.get_model_repository_index())
+def _unloaded(client: Any) -> bool:
+    """The unload has finished. Triton's unload call returns at once, and the model leaves READY for
+    UNLOADING then; it stays UNLOADING while a request it took is unanswered."""
+    index = client.get_model_repository_index()
+    return any(m["name"] == MODEL and m.get("state") == "UNAVAILABLE" for m in index)
 
 
 def test_an_unload_with_requests_in_flight_leaves_none_unanswered(served: LocalTritonServer) -> None:
