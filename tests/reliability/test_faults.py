@@ -47,7 +47,7 @@ CONNECTION_GONE = (
 # python_backend src/stub_launcher.cc ReceiveMessageFromStub, "Stub process '<instance>' is not healthy.",
 # or "Failed to obtain the health mutex." when the stub died holding it (r23.12 and r24.10).
 DEAD_STUB = ("is not healthy", "Failed to obtain the health mutex")
-DEADLINE = "DEADLINE_EXCEEDED"  # a gRPC request that ran into the client's own timeout (Load: 30 s)
+CLIENT_TIMEOUT_S = 30  # each Load request's own deadline (gRPC: DEADLINE_EXCEEDED; HTTP: timed out)
 
 
 @pytest.fixture
@@ -83,7 +83,9 @@ class Load:
         protocol = "grpc" if index % 2 else "http"
         url = self.server.grpc_url if protocol == "grpc" else self.server.http_url
         x = self.inputs[k % len(self.inputs)]
-        return tritonclient_infer(protocol, url, "demo", [(DEMO_INPUT, x)], [DEMO_OUTPUT], timeout_s=30)
+        return tritonclient_infer(
+            protocol, url, "demo", [(DEMO_INPUT, x)], [DEMO_OUTPUT], timeout_s=CLIENT_TIMEOUT_S
+        )
 
     def _worker(self, index: int) -> None:
         k = index
@@ -124,6 +126,11 @@ class Load:
 
     def outcomes(self, since: float = 0.0) -> Counter[str]:
         return Counter(e.outcome for e in self.events if e.started >= since)
+
+
+def _ran_out_its_deadline(event: Event) -> bool:
+    """The request ended at its client's own deadline, whichever way the protocol words that."""
+    return event.finished - event.started >= CLIENT_TIMEOUT_S
 
 
 def _answered_since(load: Load, moment: float) -> bool:
@@ -222,10 +229,11 @@ def test_killed_stub_fails_clearly_and_is_restarted_where_the_release_does(
     assert load.outcomes()["wrong"] == 0
     assert failures, "no request failed after the kill: the stub was not killed under load"
     unclear = [e for e in failures if not (e.outcome == "error" and any(t in e.detail for t in DEAD_STUB))]
-    if release.restarts_killed_stub and unclear and all(DEADLINE in e.detail for e in unclear):
-        # The same 2.41 defect, a third face (once in a full `make test` on the 2-core machine, 2026-12-05):
-        # a request that reached the server while it restarted the stub got no answer until the client's
-        # 30 s deadline. The client is not stuck (the deadline ends it); the server answered nothing wrong.
+    if release.restarts_killed_stub and unclear and all(_ran_out_its_deadline(e) for e in unclear):
+        # The same 2.41 defect, a third face (twice in full CI-size runs on the 2-core machine, 2026-12-05):
+        # requests that reached the server while it restarted the stub got no answer until their client's
+        # own deadline, over gRPC and HTTP alike. The clients are not stuck (the deadline ends them); the
+        # server answered nothing wrong.
         pytest.xfail(f"tritonserver 2.41 held {len(unclear)} request(s) past the client's deadline while it "
                      "restarted a stub killed under load (upstream)")  # fmt: skip
     assert unclear == [], unclear[:5]
