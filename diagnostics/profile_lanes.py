@@ -19,7 +19,8 @@ Per K it reports
                     which holds the GIL
   sync_wait_us      mean wall time in synchronize
   session_mib       on a GPU, the device memory each lane's session took when it was made, each with its
-                    own weights (an instance's lanes share theirs: the difference is what sharing saves)
+                    own weights, or with --shared-weights over one copy made with the first (as an
+                    instance's lanes are: the difference is what sharing saves)
 On a CPU the same runs go through the CPU provider and the GPU columns are absent (a smoke run; the
 question is the GPU's).
 
@@ -42,6 +43,7 @@ import torch
 
 from client.bench_common import DEMO_ONNX, report_of, write_report
 from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session
+from triton_ort.runtime.session import SharedWeights, shared_weights
 
 
 @dataclass
@@ -70,10 +72,12 @@ def _timing_event() -> torch.cuda.Event:
     return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
 
-def _lane(onnx_path: Path, gpu: bool) -> tuple[IOBindingRunner, torch.cuda.Stream | None]:
+def _lane(
+    onnx_path: Path, gpu: bool, shared: SharedWeights | None
+) -> tuple[IOBindingRunner, torch.cuda.Stream | None]:
     stream = torch.cuda.Stream() if gpu else None  # type: ignore[no-untyped-call]
     where = Placement("cuda", 0, stream.cuda_stream) if stream else Placement("cpu")
-    return IOBindingRunner(create_session(onnx_path, ModelOptions(), where), where), stream
+    return IOBindingRunner(create_session(onnx_path, ModelOptions(), where, shared), where), stream
 
 
 def _device_used_mib() -> float:
@@ -82,13 +86,18 @@ def _device_used_mib() -> float:
     return (total - free) / 2**20
 
 
-def measure(onnx_path: Path, lanes: int, batch: int, seconds: float, warmup: float) -> dict[str, Any]:
+def measure(
+    onnx_path: Path, lanes: int, batch: int, seconds: float, warmup: float, share: bool = False
+) -> dict[str, Any]:
     gpu = torch.cuda.is_available()
     built = []
     session_mib = []  # on a GPU: what each lane's session took when it was made (its weights, ORT's state)
+    shared = None
     for _ in range(lanes):
         before = _device_used_mib() if gpu else 0.0
-        built.append(_lane(onnx_path, gpu))
+        if share and gpu and shared is None:  # made once, counted with the first lane, as an instance does
+            shared = shared_weights(onnx_path, Placement("cuda", 0))
+        built.append(_lane(onnx_path, gpu, shared))
         if gpu:
             session_mib.append(round(_device_used_mib() - before, 1))
     spec = built[0][0].inputs[0]
@@ -184,8 +193,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--shared-weights",
+        action="store_true",
+        help="on a GPU, every lane's session over one copy of the weights, as an instance's lanes are",
+    )
     args = parser.parse_args()
-    results = [measure(args.onnx, k, args.batch, args.seconds, args.warmup) for k in args.lanes]
+    results = [
+        measure(args.onnx, k, args.batch, args.seconds, args.warmup, args.shared_weights) for k in args.lanes
+    ]
     for r in results:
         gpu = (
             f", GPU busy {r['gpu_busy']:.2f}, overlap {r['gpu_overlap']:.2f}, run {r['gpu_run_us']:.0f} us, "
@@ -204,6 +220,7 @@ def main() -> None:
             onnx=args.onnx.name,
             batch=args.batch,
             seconds=args.seconds,
+            shared_weights=args.shared_weights,
             results=results,
         )
         write_report(args.json, report)

@@ -9,7 +9,7 @@
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh bench [models...]   # the smoke check and the benchmark
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh pipelines [args...] # client.bench_pipelines (docs/pipelines.md)
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh lanes         # profile_lanes + inflight_floor (docs/inflight.md)
-#   OUT=/tmp/gpu-out bash scripts/gpu_check.sh inflight      # lanes, then client.bench with the in-flight variants
+#   OUT=/tmp/gpu-out bash scripts/gpu_check.sh inflight      # in-flight tests, shared-weight lanes, client.bench
 # Logs and summary-<mode>.txt go to $OUT (JUnit XML to a temporary folder); the summary table (tier, passed, failed, errors,
 # skipped, seconds) is printed last. Exit status non-zero if any tier failed or did not finish.
 set -uo pipefail
@@ -41,10 +41,9 @@ if [ "$MODE" = bench ]; then
     2>"$OUT/bench-progress.log" | tee "$OUT/bench.log" || status=1
   exit $status
 fi
-if [ "$MODE" = lanes ] || [ "$MODE" = inflight ]; then
+if [ "$MODE" = lanes ]; then
   # ORT's lanes on the GPU (the mlp4096 and the demo, 1, 2 and 4 lanes), the stub's own in-flight floor
-  # with the mlp4096's shape per request (300 us of Python, 0.5 ms on the GPU) and with a plain 2 ms wait,
-  # then the benchmark with the in-flight instances
+  # with the mlp4096's shape per request (300 us of Python, 0.5 ms on the GPU) and with a plain 2 ms wait
   "$PYTHON" scripts/build_models.py --bench --out bench_repository --models demo mlp4096 > /dev/null || exit 1
   for spec in "mlp4096 1024" "demo 100"; do
     read -r model batch <<< "$spec"
@@ -55,9 +54,20 @@ if [ "$MODE" = lanes ] || [ "$MODE" = inflight ]; then
     --json "$OUT/inflight-floor-mlp4096-shape.json" 2>&1 | tee -a "$OUT/inflight.log" || status=1
   "$PYTHON" -m diagnostics.inflight_floor --lanes 1 2 4 8 --wait-ms 2 \
     --json "$OUT/inflight-floor-2ms.json" 2>&1 | tee -a "$OUT/inflight.log" || status=1
-  [ "$MODE" = lanes ] && exit $status
-  # the in-flight instances (one instance, 2 and 4 lanes) beside the classic config and the anchors, in one
-  # run; no PyTriton or MPS here, to fit the call
+  exit $status
+fi
+if [ "$MODE" = inflight ]; then
+  # The in-flight mode's own tests (GPU lanes and their shared weights, a real server in flight), ORT's
+  # lanes over one copy of the mlp4096's weights (what each lane's session takes), then the benchmark with
+  # the in-flight instances (one instance, 2 and 4 lanes) beside the classic config and the anchors, in
+  # one run; no PyTriton or MPS here, to fit the call (about 8 minutes in all)
+  "$PYTHON" -m pytest -q -rfEs -p no:cacheprovider tests/gpu/test_inflight_gpu.py \
+    tests/unit/test_shared_weights.py tests/integration/test_inflight.py 2>&1 | tee "$OUT/pytest-inflight.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  "$PYTHON" scripts/build_models.py --bench --out bench_repository --models demo mlp4096 > /dev/null || exit 1
+  "$PYTHON" -m diagnostics.profile_lanes --onnx bench_repository/mlp4096/1/model.onnx --batch 1024 \
+    --lanes 1 4 --seconds 2 --shared-weights --json "$OUT/lanes-shared-mlp4096.json" 2>&1 \
+    | tee -a "$OUT/inflight.log" || status=1
   "$PYTHON" -m client.bench --models mlp4096 demo --skip-pytriton --out "$OUT/bench-inflight-gpu.json" \
     2>"$OUT/bench-progress.log" | tee -a "$OUT/inflight.log" || status=1
   exit $status

@@ -64,7 +64,8 @@ def test_cuda_graphs_are_refused_with_lanes_in_flight() -> None:
 
 
 def test_the_lanes_sessions_share_one_copy_of_the_weights_on_the_device() -> None:
-    """A change to the shared last-layer bias moves every lane's answers: their sessions use that buffer."""
+    """A change to the shared last-layer bias moves every lane's answers: their sessions use that buffer.
+    It failed at load on main bb700fe (ORT refused device weights that it had allocated itself)."""
     instance = ModelInstance(
         demo_instance_config(DEMO_MAX_BATCH, inflight_lanes="2"), demo_onnx().parent, "GPU", 0
     )

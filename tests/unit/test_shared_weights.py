@@ -4,11 +4,16 @@ the lanes of a GPU instance in flight hold the model's weights once (docs/inflig
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
+import onnxruntime as ort
+import pytest
 
 from tests.support.paths import demo_onnx
 from triton_ort import ModelOptions, Placement, create_session
 from triton_ort.model.onnx_files import initializer_arrays
+from triton_ort.runtime.instance import _lane_weights
 from triton_ort.runtime.session import shared_weights
 
 INPUT = "np_script_embeddings"
@@ -26,3 +31,24 @@ def test_sessions_over_shared_weights_answer_as_their_own_and_use_them_in_place(
     weights["2.bias"].update_inplace(weights["2.bias"].numpy() + 1.0)
     for session in (first, second):
         np.testing.assert_allclose(session.run(None, {INPUT: x})[0], own + 1.0, rtol=0, atol=1e-5)
+
+
+def test_weights_that_onnx_runtime_would_refuse_fall_back_to_each_session_its_own(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ORT takes an initializer only over a buffer its user owns: on a GPU, `ortvalue_from_numpy(a, "cuda")`
+    gave values ORT had allocated, and every instance with lanes failed at load. Here the values are made as
+    ORT-allocated on the CPU (the same refusal, from the real add_initializer): the refusal is met where the
+    weights are made, and the instance's lanes fall back to weights of their own, with a log line."""
+
+    def allocated_by_ort(buffer: np.ndarray) -> ort.OrtValue:
+        value = ort.OrtValue.ortvalue_from_shape_and_type(buffer.shape, buffer.dtype, "cpu")
+        value.update_inplace(buffer)
+        return value
+
+    monkeypatch.setattr(ort.OrtValue, "from_dlpack", staticmethod(allocated_by_ort))
+    with pytest.raises(Exception, match="must be owned by the user"):
+        shared_weights(demo_onnx(), Placement("cpu"))
+    with caplog.at_level(logging.WARNING, logger="triton_ort.runtime.instance"):
+        assert _lane_weights(demo_onnx(), Placement("cpu")) is None
+    assert "each hold their own weights" in caplog.text and "owned by the user" in caplog.text

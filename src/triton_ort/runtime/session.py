@@ -12,7 +12,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidProtobuf
 
@@ -86,14 +88,34 @@ planned one): the lanes of one GPU instance hold the model's weights once."""
 
 
 def shared_weights(model_path: Path, placement: Placement) -> SharedWeights:
-    """The model's initializers (main graph), each copied once to where `placement` computes."""
+    """The model's initializers (main graph), each copied once to where `placement` computes, into buffers
+    that we own and ORT wraps without a copy.
+
+    ORT takes an initializer only over a buffer its user owns (SessionOptions::AddInitializer: "Buffer
+    containing the initializer must be owned by the user"). `OrtValue.ortvalue_from_numpy(array, "cuda")`
+    allocates the device copy with ORT's own allocator, so it is refused on a GPU, while on the CPU it wraps
+    numpy's memory and passes. `OrtValue.from_dlpack` wraps the producer's memory instead
+    (onnxruntime/core/dlpack/dlpack_converter.cc DlpackToOrtValue: a Tensor over external data, whose
+    deleter hands the buffer back to its producer), so the buffers here are numpy's on the CPU and torch's on
+    a GPU, and live as long as the values. Each value is offered to a scratch SessionOptions first: what ORT
+    would refuse raises here, where the caller falls back, not inside a session's creation."""
     from ..model.onnx_files import initializer_arrays
 
-    device = "cuda" if placement.is_cuda else "cpu"
-    return {
-        name: ort.OrtValue.ortvalue_from_numpy(array, device, placement.device_id)
-        for name, array in initializer_arrays(model_path).items()
+    buffers: dict[str, Any] = {
+        name: np.array(array, copy=True)  # writable and contiguous: DLPack exports neither a read-only
+        for name, array in initializer_arrays(model_path).items()  # nor a strided array
     }
+    if placement.is_cuda:
+        import torch
+
+        device = torch.device("cuda", placement.device_id)
+        buffers = {name: torch.from_numpy(array).to(device) for name, array in buffers.items()}
+        torch.cuda.synchronize(device)  # ORT reads them from its own streams
+    values = {name: ort.OrtValue.from_dlpack(buffer) for name, buffer in buffers.items()}
+    probe = ort.SessionOptions()
+    for name, value in values.items():
+        probe.add_initializer(name, value)
+    return values
 
 
 def _session_options(options: ModelOptions, shared: SharedWeights | None = None) -> ort.SessionOptions:
