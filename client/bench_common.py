@@ -99,9 +99,9 @@ def measure_point(
     args: argparse.Namespace,
     agree: Agreement = close_to_reference,
 ) -> dict[str, Any]:
-    """One served point after an answer check (null models answer zeros: not checked): p50, rate, Triton's
-    stages and requests per execute over `args.seconds`, at concurrency 1 from this process and above it
-    from `args.client_processes` load processes (client.load)."""
+    """One served point after an answer check (null models answer zeros: not checked): p50, p99, rate,
+    Triton's stages and requests per execute over `args.seconds`, at concurrency 1 from this process and
+    above it from `args.client_processes` load processes (client.load)."""
     client = grpcclient.InferenceServerClient(url)
     transport = transport_for_ours()
     with request_workers(client, served, transport, work, 1) as (workers, ask):
@@ -119,6 +119,7 @@ def measure_point(
     executes = after.executions - before.executions
     point = {
         "p50_us": float(np.percentile(np.array(latencies) * 1e6, 50)),
+        "p99_us": float(np.percentile(np.array(latencies) * 1e6, 99)),
         "requests_per_s": rate,
         "stages_us": after.stage_us(before),
         "requests_per_execute": (after.requests - before.requests) / max(executes, 1),

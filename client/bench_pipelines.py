@@ -38,7 +38,7 @@ from client.bench_common import (
     write_report,
 )
 from client.load import Workload
-from client.pipelines import NATIVE_WAY, PIPELINES, Pipeline, write_repository
+from client.pipelines import LEVERS, NATIVE_WAY, PIPELINES, Pipeline, write_repository
 from triton_ort.harness.processes import MIB, MemorySnapshot, stub_processes
 from triton_ort.harness.server import exit_on_termination
 
@@ -112,6 +112,38 @@ def bench_pipeline(
                 f"{pipeline.name}: {NATIVE_WAY} could not be measured: {str(error)[-2000:]}", file=sys.stderr
             )
     return result
+
+
+def bench_levers(
+    pipeline: Pipeline, repository: Path, onnx_path: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The hooked model, each of its LEVERS (one thing changed) and the naive model, at the top
+    concurrency only, in one server: which lever moves the p99 and the rate (issue 60)."""
+    work = pipeline.workload(onnx_path, args.batch)
+    ways = {"hooked": [f"{pipeline.name}_hooked"], "naive": [f"{pipeline.name}_naive"]}
+    ways |= {f"hooked_{lever}": [f"{pipeline.name}_hooked_{lever}"] for lever in LEVERS}
+    top = argparse.Namespace(**{**vars(args), "concurrency": args.concurrency[1:]})
+    return {"batch": args.batch, "ways": measure_ways(pipeline, repository, work, ways, top)}
+
+
+def lever_table(results: dict[str, Any], top: str) -> str:
+    rows = []
+    for name, result in results.items():
+        for way, entry in result["ways"].items():
+            point = entry["points"][top]
+            rows.append(
+                [
+                    name,
+                    way,
+                    f"{point['requests_per_s']:.0f}",
+                    f"{point['p50_us']:.0f}",
+                    f"{point['p99_us']:.0f}",
+                    f"{point['p99_us'] / point['p50_us']:.1f}",
+                    f"{point['stages_us']['compute_infer']:.0f}",
+                ]
+            )
+    header = ["pipeline", "way", f"req/s c={top}", "p50 us", "p99 us", "p99/p50", "compute_infer us"]
+    return aligned(header, rows, numbers=range(2, 7))
 
 
 def profile_hooked(
@@ -199,8 +231,23 @@ def main() -> None:
     parser.add_argument(
         "--profile", action="store_true", help="also time the hooked model's steps per execute (debug server)"
     )
+    parser.add_argument(
+        "--levers",
+        action="store_true",
+        help="instead: the hooked model with one thing changed each (client/pipelines.py LEVERS) and the "
+        "naive one, at the top concurrency, p99 beside p50",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "pipelines.json")
     args = parser.parse_args()
+    if args.levers:
+        built = write_repository(args.repository, args.pipelines)
+        report = report_of("client.bench_pipelines --levers", pipelines={})
+        for name in args.pipelines:
+            report["pipelines"][name] = bench_levers(PIPELINES[name], args.repository, built[name], args)
+            write_report(args.out, report)
+        print(lever_table(report["pipelines"], str(args.concurrency[1])))
+        print(f"\nresults: {args.out}")
+        return
     native = native_backend_folder(args.native_backend)
     if native is None:
         print(

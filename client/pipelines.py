@@ -48,6 +48,14 @@ EXAMPLES = ROOT / "examples" / "pipelines"
 ZERO_COPY_MODEL_PY = ROOT / "model_repository" / "demo" / "1" / "model.py"
 ANCHORS = ROOT / "client" / "anchors"
 MAX_BATCH = 256  # rows an execute may gather: 32 requests of the default batch of 8
+# The hooked model with one thing changed each (client.bench_pipelines --levers), for finding what its
+# latency tail at c=16 on a GPU comes from (issue 60): cuDNN's per-shape algorithm search, the placement
+# of small outputs, and the gathered batch sizes warmed at load (multiples of the default 8 rows).
+LEVERS: dict[str, dict[str, str]] = {
+    "heuristic": {"cudnn_conv_algo_search": "HEURISTIC"},
+    "host": {"output_placement": "host"},
+    "warm": {"warmup": ",".join(str(rows) for rows in range(8, 129, 8))},
+}
 WAYS = ("hooked", "ensemble", "bls", "naive")
 NATIVE_WAY = "ensemble_native"
 
@@ -457,6 +465,12 @@ def write_repository(repository: Path, names: list[str], native: bool = False) -
                 },
             ),
         }
+        for lever, parameters in LEVERS.items():  # the hooked model with one thing changed
+            inputs, outputs = client_io
+            models[f"{name}_hooked_{lever}"] = (
+                _config(f"{name}_hooked_{lever}", "python", inputs, outputs, hooks="hooks.py", **parameters),
+                models[f"{name}_hooked"][1],
+            )
         if native:
             models[f"{name}_onnx_native"] = (
                 _config(f"{name}_onnx_native", "onnxruntime", *onnx_io),

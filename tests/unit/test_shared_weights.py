@@ -5,6 +5,7 @@ the lanes of a GPU instance in flight hold the model's weights once (docs/inflig
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -41,7 +42,7 @@ def test_weights_that_onnx_runtime_would_refuse_fall_back_to_each_session_its_ow
     ORT-allocated on the CPU (the same refusal, from the real add_initializer): the refusal is met where the
     weights are made, and the instance's lanes fall back to weights of their own, with a log line."""
 
-    def allocated_by_ort(buffer: np.ndarray) -> ort.OrtValue:
+    def allocated_by_ort(buffer: np.ndarray[Any, Any]) -> ort.OrtValue:
         value = ort.OrtValue.ortvalue_from_shape_and_type(buffer.shape, buffer.dtype, "cpu")
         value.update_inplace(buffer)
         return value

@@ -313,17 +313,23 @@ class TritonPythonModel:
         readings = [_read_for_lanes(request, on_numpy) for request in requests]
         readings = _copies_waited_for(readings)
         batched = self.instance.plan.max_batch_size > 0
-        for request, tensors in zip(requests, readings, strict=True):
-            send = functools.partial(self._send, request.get_response_sender(), received)
-            rows = request_rows(tensors) if batched and isinstance(tensors, dict) else 1
-            pending = Pending(tensors, send, rows=rows, cancelled=request.is_cancelled)
-            try:
-                self.instance.submit(pending)
-            except Exception as error:  # not expected; answered here rather than by the server
-                LOGGER.exception("a request could not be queued")
-                pending.send(
-                    InferenceError(f"the request could not be queued: {type(error).__name__}: {error}")
-                )
+        pending = [
+            Pending(
+                tensors,
+                functools.partial(self._send, request.get_response_sender(), received),
+                rows=request_rows(tensors) if batched and isinstance(tensors, dict) else 1,
+                cancelled=request.is_cancelled,
+            )
+            for request, tensors in zip(requests, readings, strict=True)
+        ]
+        try:
+            self.instance.submit(*pending)
+        except Exception as error:  # not expected; answered here rather than by the server
+            LOGGER.exception("requests could not be queued")
+            failure = InferenceError(f"the request could not be queued: {type(error).__name__}: {error}")
+            for item in pending:
+                if not item.answered:
+                    item.send(failure)
 
     def _send(self, sender: Any, received: float, result: dict[str, Any] | Exception) -> None:
         """One request's FINAL response: its answer, or its error; an answer that Triton's tensors refuse

@@ -18,8 +18,8 @@ An answer callback that raises is logged; it does not stop the lane.
 
 from __future__ import annotations
 
+import collections
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -70,7 +70,13 @@ RunBatch = Callable[[Sequence[Tensors], int], list[Result]]
 
 
 class InflightScheduler:
-    """K lanes taking queued requests: `submit` from execute(), `close` at unload."""
+    """K lanes taking queued requests: `submit` from execute(), `close` at unload.
+
+    One lock guards the queue and the counts, with two conditions on it: lanes wait on `_work` for
+    requests, execute() waits on `_room` for capacity. Every step a request takes here (queued, taken,
+    answered) costs one acquisition of that lock, and an execute's requests are queued together under one:
+    the lanes and execute() share one GIL, so what a request costs here is what no other lane can use.
+    """
 
     def __init__(self, run: RunBatch, lanes: int, max_rows: int) -> None:
         """`run(requests, lane)`: one gathered batch on a lane. `max_rows`: the most batch rows one lane
@@ -78,10 +84,11 @@ class InflightScheduler:
         does not batch)."""
         self._run = run
         self._max_rows = max_rows
-        self._queue: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()
-        self._held: Pending | None = None  # taken by a lane but over its row limit: the next take's first
-        self._take_lock = threading.Lock()  # one lane takes from the queue at a time
-        self._room = threading.Condition()  # guards the counts below; notified as requests are answered
+        self._queue: collections.deque[Pending] = collections.deque()
+        lock = threading.Lock()
+        self._work = threading.Condition(lock)  # lanes wait here for requests
+        self._room = threading.Condition(lock)  # submit waits here while in flight is at capacity
+        self._waiting_for_room = 0
         self.in_flight = 0
         """Requests submitted and not yet answered."""
         self.rows_in_flight = 0
@@ -96,71 +103,61 @@ class InflightScheduler:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, pending: Pending) -> None:
-        """Queue one request, first waiting while what is in flight is at capacity (a request larger than
-        the capacity goes in alone); a closed scheduler answers it at once with an unloading error."""
-        with self._room:
-            self._room.wait_for(lambda: self._closed or self.rows_in_flight < self.capacity_rows)
-            if not self._closed:
+    def submit(self, *pending: Pending) -> None:
+        """Queue requests (an execute's, together), first waiting while what is in flight is at capacity (a
+        request larger than the capacity goes in alone); a closed scheduler answers them at once with an
+        unloading error."""
+        admitted = 0
+        with self._work:
+            for item in pending:
+                while not self._closed and self.rows_in_flight >= self.capacity_rows:
+                    self._waiting_for_room += 1
+                    self._room.wait()
+                    self._waiting_for_room -= 1
+                if self._closed:
+                    break
                 self.in_flight += 1
-                self.rows_in_flight += pending.rows
-                self._queue.put(pending)
-                return
-        pending.send(InferenceError("the model is unloading; the request was not run"))
+                self.rows_in_flight += item.rows
+                self._queue.append(item)
+                self._work.notify()
+                admitted += 1
+        for item in pending[admitted:]:
+            item.send(InferenceError("the model is unloading; the request was not run"))
 
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
         """Stop taking requests: the lanes answer what is queued, then end. True when every lane ended in
         `timeout_s`; requests still queued after that are answered here with an unloading error. (Triton
         unloads a model only once every request it handed over is answered: a response factory keeps its
         model loaded. So at unload nothing is queued, and the timeout guards against a lane that hangs.)"""
-        with self._room:
+        with self._work:
             self._closed = True
+            self._work.notify_all()
             self._room.notify_all()
-        for _ in self._threads:
-            self._queue.put(None)
         deadline = time.monotonic() + timeout_s
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         ended = not any(thread.is_alive() for thread in self._threads)
         if not ended:
             LOGGER.warning("in-flight lanes did not finish within %.1f s of unload", timeout_s)
-        leftover: list[Pending] = []
-        # as a lane takes: a lane that is still alive is running a batch, not taking
-        if self._take_lock.acquire(timeout=1.0):
-            try:
-                leftover = [self._held] if self._held is not None else []
-                self._held = None
-                while not self._queue.empty():
-                    item = self._queue.get_nowait()
-                    if item is not None:
-                        leftover.append(item)
-            finally:
-                self._take_lock.release()
-        for item in leftover:
-            self._answer(item, InferenceError("the model unloaded before the request ran"))
+        with self._work:  # a lane that is still alive is running a batch, not taking
+            leftover = list(self._queue)
+            self._queue.clear()
+        unloaded = InferenceError("the model unloaded before the request ran")
+        self._answer_all(leftover, [unloaded] * len(leftover))
         return ended
 
     def _take(self) -> list[Pending] | None:
         """What one lane runs next: the first request waiting (blocking for one), then every request already
         queued behind it while the rows fit `max_rows`. None once closed and nothing is left."""
-        with self._take_lock:
-            first, self._held = self._held, None
-            if first is None:
-                first = self._queue.get()
-            if first is None:
-                return None
+        with self._work:
+            while not self._queue:
+                if self._closed:
+                    return None
+                self._work.wait()
+            first = self._queue.popleft()
             taken, rows = [first], first.rows
-            while self._max_rows > 0:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:  # close(): leave the stop for a lane after this batch
-                    self._queue.put(None)
-                    break
-                if rows + item.rows > self._max_rows:
-                    self._held = item
-                    break
+            while self._max_rows > 0 and self._queue and rows + self._queue[0].rows <= self._max_rows:
+                item = self._queue.popleft()
                 taken.append(item)
                 rows += item.rows
             return taken
@@ -172,32 +169,38 @@ class InflightScheduler:
             except BaseException as error:  # never leave a request unanswered, whatever failed
                 LOGGER.exception("lane %d failed outside any one request", index)
                 failure = InferenceError(f"the batch could not be computed: {type(error).__name__}: {error}")
-                for item in taken:
-                    self._answer(item, failure)
+                self._answer_all(taken, [failure] * len(taken))
                 if not isinstance(error, Exception):
                     raise
 
     def _run_taken(self, index: int, taken: list[Pending]) -> None:
         now = time.perf_counter()
         runnable: list[tuple[Pending, Tensors]] = []
+        refused: list[tuple[Pending, Result]] = []
         for item in taken:
             if isinstance(item.tensors, Exception):
-                self._answer(item, item.tensors)
+                refused.append((item, item.tensors))
             elif now - item.queued_at > CANCEL_CHECK_AFTER_S and item.cancelled():
-                self._answer(item, Cancelled("the request was cancelled before it ran"))
+                refused.append((item, Cancelled("the request was cancelled before it ran")))
             else:
                 runnable.append((item, item.tensors))
-        if not runnable:
-            return
-        results = self._run([tensors for _, tensors in runnable], index)
-        for (item, _), result in zip(runnable, results, strict=True):
-            self._answer(item, result)
+        if refused:
+            self._answer_all([item for item, _ in refused], [result for _, result in refused])
+        if runnable:
+            results = self._run([tensors for _, tensors in runnable], index)
+            self._answer_all([item for item, _ in runnable], results)
 
-    def _answer(self, item: Pending, result: Result) -> None:
-        if item.answered:  # answered before a later step failed: the failure is not this request's
+    def _answer_all(self, items: Sequence[Pending], results: Sequence[Result]) -> None:
+        """Each item its result (an item answered before a later step failed keeps its answer: the failure
+        is not its own), then the counts, once for all of them."""
+        answered = [item for item in items if not item.answered]
+        for item, result in zip(items, results, strict=True):
+            if not item.answered:
+                item.send(result)
+        if not answered:
             return
-        item.send(result)
-        with self._room:
-            self.in_flight -= 1
-            self.rows_in_flight -= item.rows
-            self._room.notify_all()
+        with self._work:
+            self.in_flight -= len(answered)
+            self.rows_in_flight -= sum(item.rows for item in answered)
+            if self._waiting_for_room:
+                self._room.notify_all()

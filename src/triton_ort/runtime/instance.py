@@ -191,10 +191,10 @@ class ModelInstance:
             )
             del self.lanes[1:]
 
-    def submit(self, pending: Pending) -> None:
-        """Queue one request for the lanes (after start_inflight)."""
+    def submit(self, *pending: Pending) -> None:
+        """Queue requests for the lanes (after start_inflight), an execute's together."""
         assert self.scheduler is not None
-        self.scheduler.submit(pending)
+        self.scheduler.submit(*pending)
 
     def _warm_up(self, batch_sizes: Sequence[int], lane: int = 0) -> None:
         """One run per batch size, in initialize: Triton reports the model ready only after it. The zeros
