@@ -118,7 +118,7 @@ def bench_levers(
     pipeline: Pipeline, repository: Path, onnx_path: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
     """The hooked model, each of its LEVERS (one thing changed) and the naive model, at the top
-    concurrency only, in one server: which lever moves the p99 and the rate (issue 60)."""
+    concurrency only, in one server: which lever moves the p99 and the rate."""
     work = pipeline.workload(onnx_path, args.batch)
     ways = {"hooked": [f"{pipeline.name}_hooked"], "naive": [f"{pipeline.name}_naive"]}
     ways |= {f"hooked_{lever}": [f"{pipeline.name}_hooked_{lever}"] for lever in LEVERS}

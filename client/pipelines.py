@@ -49,7 +49,7 @@ ZERO_COPY_MODEL_PY = ROOT / "model_repository" / "demo" / "1" / "model.py"
 ANCHORS = ROOT / "client" / "anchors"
 MAX_BATCH = 256  # rows an execute may gather: 32 requests of the default batch of 8
 # The hooked model with one thing changed each (client.bench_pipelines --levers), for finding what its
-# latency tail at c=16 on a GPU comes from (issue 60): cuDNN's per-shape algorithm search, the placement
+# latency tail at c=16 on a GPU comes from: cuDNN's per-shape algorithm search, the placement
 # of small outputs, and the gathered batch sizes warmed at load (multiples of the default 8 rows).
 LEVERS: dict[str, dict[str, str]] = {
     "heuristic": {"cudnn_conv_algo_search": "HEURISTIC"},

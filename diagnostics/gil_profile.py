@@ -1,6 +1,6 @@
 """How long does each request hold the GIL in our stub, and in which step? The in-flight mode's lanes share
 one stub and so one GIL: every microsecond of Python a request costs is a microsecond no other lane can
-use, and at about 600 us a request a stub stops near 1650 requests/s, below what the GPU serves (issue 59).
+use, and at about 600 us a request a stub stops near 1650 requests/s, below what the GPU serves.
 
 A real tritonserver serves our model.py, one instance (classic, and in flight with --lanes lanes), on the
 CPU; client.load's closed loop sends numpy over gRPC at --concurrency while py-spy samples the instance's

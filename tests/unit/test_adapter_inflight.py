@@ -78,8 +78,8 @@ class _Instance:
     def __init__(self) -> None:
         self.submitted: list[Any] = []
 
-    def submit(self, pending: Any) -> None:
-        self.submitted.append(pending)
+    def submit(self, *pending: Any) -> None:
+        self.submitted.extend(pending)
 
 
 @pytest.fixture()
