@@ -7,7 +7,7 @@ import onnxruntime as ort
 import pytest
 
 from tests.support.paths import demo_onnx
-from triton_ort import ConfigError, ModelOptions, Placement, ProviderError, create_session
+from triton_ort import ConfigError, ModelOptions, Placement, ProviderError, create_session, parse_options
 from triton_ort.runtime.providers import CUDA_EP
 from triton_ort.runtime.session import cuda_provider_options
 
@@ -59,3 +59,13 @@ def test_cuda_options_carry_stream_device_and_copy_mode() -> None:
     assert options["do_copy_in_default_stream"] == "1"
     assert options["user_compute_stream"] == "12345"
     assert options["gpu_mem_limit"] == "1024"
+
+
+def test_cudnn_picks_convolution_algorithms_by_heuristic_unless_the_config_says_otherwise() -> None:
+    """ORT's (and the native backend's) EXHAUSTIVE search served the convolutional pipelines 4.8-4.9x
+    slower at c=16 than HEURISTIC, in steady state, where the gathered batch sizes vary (H100, 2026-12-06,
+    docs/pipelines.md); a config that names a search keeps it."""
+    default = cuda_provider_options(ModelOptions(), Placement("cuda", 0, 1))
+    assert default["cudnn_conv_algo_search"] == "HEURISTIC"
+    exhaustive = parse_options({"cudnn_conv_algo_search": "0"})
+    assert cuda_provider_options(exhaustive, Placement("cuda", 0, 1))["cudnn_conv_algo_search"] == "EXHAUSTIVE"

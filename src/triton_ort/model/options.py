@@ -101,7 +101,11 @@ class ModelOptions:
     """How the CUDA EP's arena grows: by what a run asks, not to the next power of two (ORT's and the native
     backend's default), which on the H200 held 256 MiB less per mlp4096 instance at the same c=16 req/s
     (diagnostics.bench_memory; docs/benchmarks.md "Choosing the instance count")."""
-    cudnn_conv_algo_search: str = "EXHAUSTIVE"
+    cudnn_conv_algo_search: str = "HEURISTIC"
+    """How cuDNN picks a convolution's algorithm. Not ORT's and the native backend's EXHAUSTIVE: served with
+    gathered batches, whose sizes vary from run to run, EXHAUSTIVE ran the convolutional pipelines 4.8-4.9x
+    slower at c=16 in steady state than HEURISTIC, with shapes warmed or not (H100, 2026-12-06;
+    docs/pipelines.md). A model whose batches keep one shape may still gain from EXHAUSTIVE: set it."""
     graph_optimization_level: str = "all"
     intra_op_num_threads: int = 0
     """0 lets ORT choose (one per physical core)."""
