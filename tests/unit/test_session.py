@@ -67,5 +67,5 @@ def test_cudnn_picks_convolution_algorithms_by_heuristic_unless_the_config_says_
     docs/pipelines.md); a config that names a search keeps it."""
     default = cuda_provider_options(ModelOptions(), Placement("cuda", 0, 1))
     assert default["cudnn_conv_algo_search"] == "HEURISTIC"
-    exhaustive = parse_options({"cudnn_conv_algo_search": "0"})
-    assert cuda_provider_options(exhaustive, Placement("cuda", 0, 1))["cudnn_conv_algo_search"] == "EXHAUSTIVE"
+    named = cuda_provider_options(parse_options({"cudnn_conv_algo_search": "0"}), Placement("cuda", 0, 1))
+    assert named["cudnn_conv_algo_search"] == "EXHAUSTIVE"
