@@ -187,6 +187,8 @@ def tables(results: dict[str, Any], low: str, top: str) -> str:
                     way,
                     f"{points[low]['p50_us']:.0f}",
                     f"{points[top]['requests_per_s']:.0f}",
+                    f"{points[top]['p50_us']:.0f}",
+                    f"{points[top]['p99_us']:.0f}",
                     "-" if "ensemble" in way else f"{points[top]['requests_per_execute']:.1f}",
                     str(memory["stubs"]),
                     f"{memory['stub_rss_mib']:.0f}",
@@ -198,12 +200,14 @@ def tables(results: dict[str, Any], low: str, top: str) -> str:
         "way",
         f"c={low} p50 us",
         f"c={top} req/s",
+        f"c={top} p50 us",
+        f"c={top} p99 us",
         "req/exec",
         "stubs",
         "RSS MiB",
         "GPU MiB",
     ]
-    measured = aligned(header, rows, numbers=range(2, 8))
+    measured = aligned(header, rows, numbers=range(2, 10))
     ratio_rows = []
     for name, result in results.items():
         for way, ratio in ratios(result, low, top).items():
@@ -222,7 +226,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    add_point_arguments(parser, client_processes=max(1, min(8, (os.cpu_count() or 2) // 2)))
+    # Steady state: 3 s of load before each 5 s window, so every gathered size a point sees has been run
+    # (and cuDNN's, ORT's and torch's per-shape set-up done) before it is timed; every way alike.
+    add_point_arguments(parser, client_processes=max(1, min(8, (os.cpu_count() or 2) // 2)), warmup=3.0)
+    parser.set_defaults(seconds=5.0)
     parser.set_defaults(repository=ROOT / "bench_repository" / "pipelines")
     parser.add_argument("--pipelines", nargs="+", default=sorted(PIPELINES), choices=sorted(PIPELINES))
     parser.add_argument("--batch", type=int, default=8, help="rows per request (default 8)")
