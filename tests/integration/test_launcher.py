@@ -127,6 +127,23 @@ def test_a_signal_to_the_launcher_stops_its_server_and_cleans_up(
     assert f"{signum.name}: stopping tritonserver" in launched.output()
 
 
+@pytest.mark.parametrize("signum", [signal.SIGSEGV, signal.SIGKILL], ids=lambda s: s.name)
+def test_a_server_that_dies_is_one_line_naming_the_signal_and_a_nonzero_exit(
+    tiny: Path, tmp_path: Path, signum: signal.Signals
+) -> None:
+    """A crash (SIGSEGV) or the OOM killer (SIGKILL) ends tritonserver under `serve`: the launcher says so
+    in one line, naming the signal, and exits as a shell reports it (128 + its number), so a supervisor
+    (compose's restart policy, Kubernetes) starts it again."""
+    launched, ports, processes, _ = _started(tiny, tmp_path)
+    launched.server().send_signal(signum)
+    launched.process.wait(timeout=STOP_BOUND_S)
+    assert launched.process.returncode == 128 + signum, launched.output()
+    assert f"tritonserver died: killed by {signum.name} (signal {int(signum)})" in launched.output()
+    _, alive = psutil.wait_procs(processes, timeout=STOP_BOUND_S)
+    assert alive == [], f"still running after the server died: {alive}"
+    assert [p for p in ports if port_in_use(p)] == []
+
+
 def test_a_sigkilled_launcher_takes_its_server_down(
     tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -150,6 +150,18 @@ def _model_named(line: str) -> str:
     return found[1] if found else line
 
 
+def _how_it_ended(returncode: int) -> str:
+    """One line on how tritonserver ended by itself: the signal that killed it (a crash: SIGSEGV, SIGABRT;
+    the OOM killer: SIGKILL), or its exit code."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"tritonserver died: killed by {name} (signal {-returncode})"
+    return f"tritonserver exited by itself with code {returncode}"
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     args = build_parser(prog).parse_args(argv)
     server = LocalTritonServer(
@@ -172,9 +184,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         _report_start(server)
         assert server.process is not None
         code = server.process.wait()
-        print(f"tritonserver exited by itself with code {code}; its log ends:", file=sys.stderr)
+        print(f"{_how_it_ended(code)}; its log ends:", file=sys.stderr)
         print("\n".join(server.log().splitlines()[-20:]), file=sys.stderr)
-        code = code or 1
+        # as a shell reports a process a signal ended (128 + its number), so a supervisor restarts it
+        code = 128 - code if code < 0 else code or 1
     except _StopRequested as stop:
         print(f"{stop}: stopping tritonserver (at most {EXIT_TIMEOUT_S} s of draining) ...", flush=True)
     except ServerStartError as error:
