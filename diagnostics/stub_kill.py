@@ -13,7 +13,9 @@ whether tritonserver itself died (its exit signal). The models:
                     restart make the crash likelier?
   ours              the demo served by this project's model.py (ONNX Runtime, custom metrics on)
   ours_no_metrics   the same on a server started with --allow-metrics=false (the model serves without its
-                    custom metrics): do the metrics' round trips from the stub make it likelier?
+                    custom metrics, but still asks the server for them): do the metrics' messages from the
+                    stub make it likelier?
+  ours_custom_metrics_off   ours with the parameter custom_metrics false: no metric message at all
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from triton_ort.harness.server import LocalTritonServer, exit_on_termination
 from triton_ort.harness.transport import tritonclient_infer
 
 INPUT, OUTPUT = "np_script_embeddings", "np_logits"
-MODELS = ("plain", "plain_slow_load", "ours", "ours_no_metrics")
+MODELS = ("plain", "plain_slow_load", "ours", "ours_no_metrics", "ours_custom_metrics_off")
 PLAIN_MODEL_PY = """
 import time
 
@@ -71,6 +73,8 @@ def _repository(model: str, root: Path) -> Path:
     config = read_config(folder)
     for group in config.instance_group:
         group.kind = group.KIND_CPU
+    if model == "ours_custom_metrics_off":
+        config.parameters["custom_metrics"].string_value = "false"
     if model.startswith("plain"):
         (folder / "1" / "model.onnx").unlink(missing_ok=True)
         initialize_s = 4.0 if model == "plain_slow_load" else 0.0

@@ -235,16 +235,12 @@ class TritonPythonModel:
         _route_library_logging()
         model_config = json.loads(args["model_config"])
         version_dir = Path(args["model_repository"]) / args["model_version"]
-        metrics = triton_instance_metrics(
-            pb_utils, args["model_name"], args["model_version"], args["model_instance_name"]
-        )
         try:
             self.instance = ModelInstance(
                 model_config,
                 version_dir,
                 instance_kind=args["model_instance_kind"],
                 device_id=int(args["model_instance_device_id"]),
-                metrics=metrics,
                 carries_bf16=_carries_bf16,  # asked only of a model with BF16 tensors
                 numpy_on_cpu=True,  # a CPU instance without hooks: no torch in this stub
             )
@@ -252,6 +248,9 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 f"model {args['model_name']!r} ({args['model_instance_name']}) failed to load: {error}"
             ) from error
+        if self.instance.options.custom_metrics:  # parameter custom_metrics (docs/reliability.md)
+            labels = (args["model_name"], args["model_version"], args["model_instance_name"])
+            self.instance.start_metrics(triton_instance_metrics(pb_utils, *labels))
         self.count_copies = copy_counting_enabled()  # debug mode: TRITON_ORT_COUNT_COPIES=1
         # parameter inflight_lanes: decided at the first execute, whose requests say whether this python
         # backend lets a model that is not decoupled answer after execute returns

@@ -144,12 +144,8 @@ class ModelInstance:
         self.metrics: InstanceMetrics | None = None  # warm-up runs are not the clients' executes
         for index in range(len(self.lanes)):
             self._warm_up(self.options.warmup, index)
-        self.metrics = _started_metrics(
-            metrics,
-            self.lanes,
-            cpu_fallback=gpu and not self.runner.placement.is_cuda,
-            in_flight=self._in_flight if self.options.inflight_lanes else None,
-        )
+        self._cpu_fallback = gpu and not self.runner.placement.is_cuda
+        self.start_metrics(metrics)
         LOGGER.info(
             "loaded %s on %s with providers %s; options %s",
             self.options.onnx_file,
@@ -167,6 +163,16 @@ class ModelInstance:
     def on_numpy(self) -> bool:
         """Whether requests and answers are numpy arrays (numpy_on_cpu), not torch tensors."""
         return isinstance(self.runner.arrays, NumpyArrays)
+
+    def start_metrics(self, metrics: InstanceMetrics | None) -> None:
+        """Count into `metrics` from now on (the constructor's, or model.py's once the options are read);
+        warm-up runs are not counted."""
+        self.metrics = _started_metrics(
+            metrics,
+            self.lanes,
+            cpu_fallback=self._cpu_fallback,
+            in_flight=self._in_flight if self.options.inflight_lanes else None,
+        )
 
     def start_inflight(self) -> None:
         """Keep requests in flight on every lane from now on (`submit`); the server's release has the
