@@ -16,6 +16,10 @@ whether tritonserver itself died (its exit signal). The models:
                     custom metrics, but still asks the server for them): do the metrics' messages from the
                     stub make it likelier?
   ours_custom_metrics_off   ours with the parameter custom_metrics false: no metric message at all
+  ours_quiet        the same, and the library's log at WARNING (TRITON_ORT_LOG_LEVEL): no log message at
+                    load either (logs reach the server through the same queue as the metrics)
+  ours_fast_load    ours_custom_metrics_off without the warm-up run at load (parameter warmup false): does
+                    a shorter restart make it less likely?
 """
 
 from __future__ import annotations
@@ -41,7 +45,15 @@ from triton_ort.harness.server import LocalTritonServer, exit_on_termination
 from triton_ort.harness.transport import tritonclient_infer
 
 INPUT, OUTPUT = "np_script_embeddings", "np_logits"
-MODELS = ("plain", "plain_slow_load", "ours", "ours_no_metrics", "ours_custom_metrics_off")
+MODELS = (
+    "plain",
+    "plain_slow_load",
+    "ours",
+    "ours_no_metrics",
+    "ours_custom_metrics_off",
+    "ours_quiet",
+    "ours_fast_load",
+)
 PLAIN_MODEL_PY = """
 import time
 
@@ -73,7 +85,7 @@ def _repository(model: str, root: Path) -> Path:
     config = read_config(folder)
     for group in config.instance_group:
         group.kind = group.KIND_CPU
-    if model == "ours_custom_metrics_off":
+    if model in ("ours_custom_metrics_off", "ours_quiet", "ours_fast_load"):
         config.parameters["custom_metrics"].string_value = "false"
     if model.startswith("plain"):
         (folder / "1" / "model.onnx").unlink(missing_ok=True)
@@ -103,7 +115,8 @@ def trial(model: str, after_s: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="stub-kill-") as scratch:
         repository = _repository(model, Path(scratch) / "repository")
         no_metrics = ["--allow-metrics=false"] if model == "ours_no_metrics" else []
-        server = LocalTritonServer(repository, extra_args=no_metrics).start()
+        quiet = {"TRITON_ORT_LOG_LEVEL": "WARNING"} if model == "ours_quiet" else {}
+        server = LocalTritonServer(repository, extra_args=no_metrics, env=quiet).start()
         try:
             assert server.process is not None
             release = server_release(server.http_url).version

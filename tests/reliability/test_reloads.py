@@ -17,7 +17,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.reliability.support import DEMO_INPUT, DEMO_OUTPUT, assert_demo_answer, measured
 from tests.support.metrics_port import scrape, series
-from tests.support.repository import build_demo_repository
+from tests.support.repository import build_demo_repository, with_custom_metrics
 from triton_ort.harness.processes import stub_processes
 from triton_ort.harness.repository import copy_model
 from triton_ort.harness.server import LocalTritonServer
@@ -96,6 +96,7 @@ def test_a_failed_reload_stalls_no_later_load(tmp_path: Path, request_between: b
     """load; a garbage model.onnx loaded (fails, the old version serves); [a request]; the good file loaded
     again; then another model: each load within its usual time, and one stub per loaded instance."""
     repository = build_demo_repository(tmp_path / "repository")
+    with_custom_metrics(repository / "demo")  # the stubs' series are read
     _add_other_model(repository)
     onnx = repository / "demo" / "1" / "model.onnx"
     good = onnx.read_bytes()
@@ -148,6 +149,7 @@ def test_a_half_written_file_seen_by_the_poll_stalls_no_later_load(tmp_path: Pat
     """The same under --model-control-mode=poll: the poll finds a garbage model.onnx (the load fails, the
     old version serves), a request, the good file back (reloaded), then a new model folder (loaded)."""
     repository = build_demo_repository(tmp_path / "repository")
+    with_custom_metrics(repository / "demo")  # the stubs' series are read
     onnx = repository / "demo" / "1" / "model.onnx"
     good = onnx.read_bytes()
     poll = ["--model-control-mode=poll", "--repository-poll-secs=1"]

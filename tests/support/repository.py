@@ -85,6 +85,14 @@ def build_demo_repository(repository: Path) -> Path:
     return repository
 
 
+def with_custom_metrics(model_dir: Path) -> None:
+    """The model's custom metrics on whatever the release: `auto` turns them off where the python backend
+    restarts a stub that dies (Triton 2.41: docs/reliability.md), and a test that reads them needs them."""
+    config = read_config(model_dir)
+    config.parameters["custom_metrics"].string_value = "true"
+    write_config(model_dir, config)
+
+
 def keep_in_flight(model_dir: Path, lanes: int) -> None:
     """The model, one instance, keeping requests in flight on `lanes` lanes, without CUDA graphs, which the
     mode refuses on a GPU (docs/inflight.md); a release without the response sender serves it classic."""

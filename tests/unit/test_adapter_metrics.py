@@ -1,7 +1,9 @@
-"""The adapter (backend/model.py) makes its custom metrics unless the config says `custom_metrics: false`:
-off, the stub sends the server no metric message at all, which on Triton 2.41 is what made the server's
-crash while restarting a killed stub nearly certain (docs/reliability.md). A real CPU instance of the demo,
-over a stand-in for the python backend's classes that records the metric families the model makes."""
+"""The adapter (backend/model.py) and its custom metrics (parameter custom_metrics): `auto` makes them at
+the first execute where the python backend has a response sender for the model (24.06 and later, which
+restart no dead stub), and none where it has not (23.12, where the stub's metric messages made the server
+crash while restarting a killed stub: docs/reliability.md); `true` and `false` force it. A real CPU
+instance of the demo, over a stand-in for the python backend's classes that records the metric families
+the model makes."""
 
 from __future__ import annotations
 
@@ -58,9 +60,24 @@ def adapter(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     return importlib.import_module("triton_ort.backend.model")
 
 
-@pytest.mark.parametrize("custom_metrics", [None, "false"])
-def test_custom_metrics_are_made_unless_the_config_turns_them_off(
-    adapter: types.ModuleType, custom_metrics: str | None
+class _RequestOf2341(Request):
+    """A request of Triton 2.41's python backend: no response sender for a model that is not decoupled."""
+
+    def get_response_sender(self) -> Any:
+        raise RuntimeError("Response sender is not supported for non-decoupled models")
+
+
+@pytest.mark.parametrize(
+    ("custom_metrics", "release", "made"),
+    [
+        (None, "2.51", True),
+        (None, "2.41", False),
+        ("true", "2.41", True),
+        ("false", "2.51", False),
+    ],
+)
+def test_custom_metrics_are_on_where_no_dead_stub_is_restarted_unless_the_config_says(
+    adapter: types.ModuleType, custom_metrics: str | None, release: str, made: bool
 ) -> None:
     _Family.made = []
     version = demo_onnx().parent
@@ -78,11 +95,14 @@ def test_custom_metrics_are_made_unless_the_config_turns_them_off(
         }
     )
     try:
-        (response,) = model.execute([Request(np_script_embeddings=np.ones((2, 2010), np.float32))])
-        assert response.error is None and response.output_tensors[0].array.shape == (2, 2)
-        if custom_metrics == "false":
-            assert _Family.made == [] and model.instance.metrics is None
-        else:
+        kind = Request if release == "2.51" else _RequestOf2341
+        for _ in range(2):
+            (response,) = model.execute([kind(np_script_embeddings=np.ones((2, 2010), np.float32))])
+            assert response.error is None and response.output_tensors[0].array.shape == (2, 2)
+        if made:
             assert "triton_ort_executes_total" in _Family.made and model.instance.metrics is not None
+            assert len(_Family.made) == len(set(_Family.made)), "a family made twice"
+        else:
+            assert _Family.made == [] and model.instance.metrics is None
     finally:
         model.finalize()

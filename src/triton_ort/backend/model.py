@@ -248,9 +248,11 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 f"model {args['model_name']!r} ({args['model_instance_name']}) failed to load: {error}"
             ) from error
-        if self.instance.options.custom_metrics:  # parameter custom_metrics (docs/reliability.md)
-            labels = (args["model_name"], args["model_version"], args["model_instance_name"])
-            self.instance.start_metrics(triton_instance_metrics(pb_utils, *labels))
+        # parameter custom_metrics: true, false, or auto (decided at the first execute: docs/reliability.md)
+        self.metric_labels = (args["model_name"], args["model_version"], args["model_instance_name"])
+        self.metrics_decided = self.instance.options.custom_metrics is not None
+        if self.instance.options.custom_metrics:
+            self.instance.start_metrics(triton_instance_metrics(pb_utils, *self.metric_labels))
         self.count_copies = copy_counting_enabled()  # debug mode: TRITON_ORT_COUNT_COPIES=1
         # parameter inflight_lanes: decided at the first execute, whose requests say whether this python
         # backend lets a model that is not decoupled answer after execute returns
@@ -259,6 +261,9 @@ class TritonPythonModel:
     def execute(self, requests: list[pb_utils.InferenceRequest]) -> list[pb_utils.InferenceResponse] | None:
         if self.inflight is None:
             self.inflight = self._can_answer_later(requests[0])
+        if not self.metrics_decided:
+            self.metrics_decided = True
+            self._start_metrics_where_safe(requests[0])
         if self.inflight:
             self._queue(requests)
             return None
@@ -286,6 +291,23 @@ class TritonPythonModel:
                 responses=round((time.perf_counter() - inferred) * 1e6, 1),
             )
             return responses
+
+    def _start_metrics_where_safe(self, request: pb_utils.InferenceRequest) -> None:
+        """custom_metrics auto: the metrics, unless this python backend restarts a stub that dies (before
+        24.06, the releases without a response sender for a model that is not decoupled). There the
+        stub's metric messages made the restart crash the server nearly every time (Triton 2.41: in the
+        server's StubToParentMQMonitor, reading a metric message; docs/reliability.md)."""
+        try:
+            request.get_response_sender()
+        except Exception:
+            LOGGER.warning(
+                "custom metrics are off for %s: this Triton's python backend restarts a stub that dies, and "
+                "the stub's metric messages make that restart crash the server (docs/reliability.md); "
+                "parameter custom_metrics true turns them on",
+                self.metric_labels[2],
+            )
+            return
+        self.instance.start_metrics(triton_instance_metrics(pb_utils, *self.metric_labels))
 
     def _can_answer_later(self, request: pb_utils.InferenceRequest) -> bool:
         """Whether requests can be answered after execute returns: the response sender of a model that is

@@ -91,10 +91,11 @@ class ModelOptions:
     a thread with its own runner (and on a GPU its own session and CUDA stream), answer requests through
     their response senders while execute() only queues them. 0 (or 1 on an earlier release): the classic
     execute, which answers its requests before it returns."""
-    custom_metrics: bool = True
+    custom_metrics: bool | None = None
     """The instance's own Prometheus metrics (metrics.py, docs/metrics.md). Off, the stub sends the server
-    no metric messages: on Triton 2.41 those make the server's crash while restarting a killed stub nearly
-    certain (docs/reliability.md)."""
+    no metric message: on Triton 2.41, whose python backend restarts a stub that dies, those messages make
+    the server crash in that restart nearly every time (docs/reliability.md). None (`auto`): on where the
+    python backend restarts no stub (2.47 and later, found at the first execute), off before."""
     warmup: tuple[int, ...] = (1,)
     """Batch sizes run once each at load, before the model reports ready (zeros; other variable axes 1),
     so the first requests do not pay for cuBLAS/cuDNN initialisation (about 100 ms on a GPU) or for ORT's
@@ -297,7 +298,7 @@ _PARAMETERS: dict[str, _Parameter] = {
     "cuda_stack_bytes": _Parameter("cuda_stack_bytes", _parse_count, native=False),
     "warmup": _Parameter("warmup", _parse_warmup, native=False),
     "inflight_lanes": _Parameter("inflight_lanes", _parse_count, native=False),
-    "custom_metrics": _Parameter("custom_metrics", parse_bool, native=False),
+    "custom_metrics": _Parameter("custom_metrics", _parse_auto_bool, native=False),
     # For clients, not the runtime: the values each integer input accepts (triton_ort.model.input_ranges).
     INPUT_RANGES: _Parameter(None, lambda what, raw: parse_ranges(raw, what), native=False),
 }
