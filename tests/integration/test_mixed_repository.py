@@ -12,7 +12,6 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -147,9 +146,10 @@ def test_a_backend_folder_without_its_library_is_one_line_before_any_start(tmp_p
     _model(repository, "native", "onnxruntime", onnx=True)
     empty = tmp_path / "onnxruntime"
     empty.mkdir()
-    command = [sys.executable, "-m", "triton_ort.cli", "serve", f"--model-repository={repository}"]
+    # on free ports: the check comes before any start, but after the ports' (a taken 8000 was reported)
+    http, grpc, metrics = free_ports(3)
     done = subprocess.run(
-        [*command, f"--backend=onnxruntime={empty}"],
+        [*launcher_command(repository, (http, grpc, metrics)), f"--backend=onnxruntime={empty}"],
         capture_output=True,
         text=True,
         timeout=120,
