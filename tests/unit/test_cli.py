@@ -408,3 +408,10 @@ def test_the_load_refuses_bf16_where_the_python_backend_cannot_carry_it(tmp_path
         ModelInstance(config, tmp_path, "CPU", 0, carries_bf16=lambda: False)
     instance = ModelInstance(config, tmp_path, "CPU", 0)  # where it can (24.08 on), it loads
     instance.close()
+
+
+@pytest.mark.parametrize("command", ["infer", "health", "metadata"])
+def test_every_client_command_takes_u_for_the_url_as_perf_does(command: str) -> None:
+    model = ["demo"] if command != "health" else []
+    parsed = build_parser("triton-ort").parse_args([command, *model, "-u", "127.0.0.1:18000"])
+    assert parsed.url == "127.0.0.1:18000"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import dataclasses
 import io
 import json
 import xml.etree.ElementTree as ElementTree
@@ -317,6 +318,13 @@ def test_ratios_csv_and_plot() -> None:
     assert len(root.findall("{http://www.w3.org/2000/svg}polyline")) == 2
     assert "c=4" in svg and "m_native" in svg
     assert "native onnxruntime" not in perf.table(points) and perf.table(points).count("\n") == 4
+
+
+@pytest.mark.parametrize(("percentile", "columns"), [(95, ["p95 ms"]), (97.5, ["p95 ms", "p97.5 ms"])])
+def test_a_percentile_that_has_its_column_is_not_printed_twice(percentile: float, columns: list[str]) -> None:
+    judged = dataclasses.replace(point("m", 1, 100.0, 10.0), percentile=percentile)
+    header = perf.table([judged]).splitlines()[0]
+    assert [c for c in ("p95 ms", "p97.5 ms") if c in header] == columns and header.count("p95 ms") == 1
 
 
 def test_plot_ticks_are_round_and_cover_the_data() -> None:

@@ -298,6 +298,7 @@ def _connection_options(parser: argparse.ArgumentParser, default: Any) -> None:
         help="how to talk to the server (default http)",
     )
     parser.add_argument(
+        "-u",  # as perf and Triton's perf_analyzer take it
         "--url",
         type=host_port,
         default=default,

@@ -943,6 +943,8 @@ def table(points: Sequence[Point]) -> str:
         "p99 ms",
     ]
     chosen = next((p.percentile for p in points if p.percentile is not None), None)
+    if chosen in (50, 90, 95, 99):  # already a column of its own
+        chosen = None
     if chosen is not None:
         header.append(f"p{chosen:g} ms")
     gpu = any(p.gpu_utilization is not None for p in points)
