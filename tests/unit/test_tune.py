@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from tests.support.paths import demo_onnx
 from triton_ort.cli import perf, tune
 from triton_ort.cli.request_checks import RequestError
 from triton_ort.harness.repository import write_config
@@ -164,3 +167,18 @@ def test_tune_sends_every_request_of_the_input_data_in_turn(monkeypatch: pytest.
     points = asyncio.run(tune._points(args, requests, perf.Target("m", []), 1, [1, 2]))
     assert [p.concurrency for p in points] == [1, 2]
     assert seen["slots"] == 3 and [r["x"][0, 0] for r in seen["requests"]] == [0.0, 1.0, 2.0]
+
+
+def test_the_three_line_config_gets_the_winning_queue_delay(tmp_path: Path) -> None:
+    """A config without max_batch_size (the README's three lines) is completed by the server to batch: the
+    winner's delay is written, as its header says (it was left out, dynamic_batching {} served)."""
+    model_dir = tmp_path / "demo"
+    (model_dir / "1").mkdir(parents=True)
+    shutil.copy(demo_onnx(), model_dir / "1" / "model.onnx")
+    (model_dir / "config.pbtxt").write_text(
+        'backend: "onnxruntime_zerocopy"\n'
+        'parameters { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value { string_value: "no" } }\n'
+    )
+    written = tune.write_winner(model_dir, tune.Candidate(1, 500), replace_config=False)
+    tuned = text_format.Parse(written.read_text(), model_config_pb2.ModelConfig())
+    assert tuned.max_batch_size > 0 and tuned.dynamic_batching.max_queue_delay_microseconds == 500

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import shutil
 import sys
@@ -35,6 +36,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import triton_to_np_dtype
 
 from triton_ort.cli import perf
+from triton_ort.cli.config import completed_config
 from triton_ort.cli.request_checks import ModelSignature, RequestError
 from triton_ort.cli.request_data import add_request_data_options, parse_ranges_option
 from triton_ort.errors import ConfigError
@@ -263,8 +265,19 @@ def stages(args: argparse.Namespace, gpu: bool) -> list[tuple[str, Any]]:
     return [(field, values) for field, values in levers if field in chosen]
 
 
-def search(model_dir: Path, args: argparse.Namespace, report: Any = print) -> list[Result]:
+def tuning_config(model_dir: Path) -> model_config_pb2.ModelConfig:
+    """The model's config as written, with the max_batch_size the server's auto-complete gives it where the
+    file leaves it out (the three-line config): the queue delay is a lever, and is written, only for a
+    model that batches. As written where the folder cannot be completed offline (the load says why)."""
     config = read_config(model_dir)
+    if config.max_batch_size == 0:
+        with contextlib.suppress(Exception):  # ConfigCommandError, or a folder without its ONNX file
+            config.max_batch_size = completed_config(model_dir)[0].max_batch_size
+    return config
+
+
+def search(model_dir: Path, args: argparse.Namespace, report: Any = print) -> list[Result]:
+    config = tuning_config(model_dir)
     config.name = config.name or model_dir.name
     gpu = gpu_present() and not any(g.kind == g.KIND_CPU for g in config.instance_group)
     # Where the config sets a lever the first candidate keeps it, so that trying it again is no new candidate.
@@ -328,7 +341,7 @@ def table(results: Sequence[Result], budget_ms: float | None, percentile: float 
 def write_winner(model_dir: Path, chosen: Candidate, replace_config: bool) -> Path:
     """config.tuned.pbtxt beside the model; with `replace_config`, config.pbtxt itself (the old one kept
     as config.pbtxt.bak)."""
-    config = read_config(model_dir)
+    config = tuning_config(model_dir)
     text = text_format.MessageToString(chosen.apply(config))
     tuned = model_dir / "config.tuned.pbtxt"
     tuned.write_text(f"# triton-ort tune: {chosen.label()}\n{text}")
