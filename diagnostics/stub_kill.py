@@ -11,7 +11,8 @@ whether tritonserver itself died (its exit signal). The models:
   plain             a `backend: "python"` model.py of a few numpy lines, the demo's tensors, no custom metrics
   plain_slow_load   the same, with a 4 s sleep in initialize (about our load time on CPU): does a longer
                     restart make the crash likelier?
-  ours              the demo served by this project's model.py (ONNX Runtime, custom metrics on)
+  ours              the demo served by this project's model.py (ONNX Runtime, custom metrics on: parameter
+                    custom_metrics true, which on 2.41 the default leaves off)
   ours_no_metrics   the same on a server started with --allow-metrics=false (the model serves without its
                     custom metrics, but still asks the server for them): do the metrics' messages from the
                     stub make it likelier?
@@ -85,6 +86,8 @@ def _repository(model: str, root: Path) -> Path:
     config = read_config(folder)
     for group in config.instance_group:
         group.kind = group.KIND_CPU
+    if model in ("ours", "ours_no_metrics"):  # on 2.41 the default (auto) would leave them off
+        config.parameters["custom_metrics"].string_value = "true"
     if model in ("ours_custom_metrics_off", "ours_quiet", "ours_fast_load"):
         config.parameters["custom_metrics"].string_value = "false"
     if model.startswith("plain"):
