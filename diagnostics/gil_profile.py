@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
 
 from client.bench_common import aligned, report_of, serving, write_report
 from client.load import Workload, load_in_processes
 from triton_ort.backend import MODEL_PY
+from triton_ort.harness.processes import stub_processes
 from triton_ort.harness.transport import ModelStatistics
 from triton_ort.model.onnx_files import save_model
 
@@ -102,14 +102,10 @@ def write_repository(repository: Path, lanes: int) -> list[str]:
 
 
 def stub_of(server_pid: int, model: str) -> int:
-    """The pid of `model`'s instance stub (its command line names the model's folder)."""
-    for child in psutil.Process(server_pid).children(recursive=True):
-        try:
-            command = " ".join(child.cmdline())
-        except psutil.Error:
-            continue
-        if "triton_python_backend_stub" in command and f"/{model}/" in command:
-            return child.pid
+    """The pid of `model`'s instance stub (the model.py it runs is in the model's folder)."""
+    for pid, model_py in stub_processes(server_pid).items():
+        if Path(model_py).parent.parent.name == model:
+            return pid
     raise SystemExit(f"no stub found for {model}")
 
 
