@@ -149,6 +149,16 @@ def _strings(tensor: pb_utils.Tensor) -> Any:
     return values if values.dtype == object else None
 
 
+def _response_sender_refusal(request: pb_utils.InferenceRequest) -> Exception | None:
+    """Why this python backend gives a model that is not decoupled no response sender (before 24.06: the
+    releases that also restart a stub that dies, harness/releases.py), or None where it gives one."""
+    try:
+        request.get_response_sender()
+    except Exception as error:
+        return error
+    return None
+
+
 def _response(result: dict[str, Any] | Exception) -> pb_utils.InferenceResponse:
     if isinstance(result, Exception):
         # The library says whose error it is (triton_ort.errors.triton_code); Triton's constant carries it.
@@ -297,9 +307,7 @@ class TritonPythonModel:
         24.06, the releases without a response sender for a model that is not decoupled). There the
         stub's metric messages made the restart crash the server nearly every time (Triton 2.41: in the
         server's StubToParentMQMonitor, reading a metric message; docs/reliability.md)."""
-        try:
-            request.get_response_sender()
-        except Exception:
+        if _response_sender_refusal(request) is not None:
             LOGGER.warning(
                 "custom metrics are off for %s: this Triton's python backend restarts a stub that dies, and "
                 "the stub's metric messages make that restart crash the server (docs/reliability.md); "
@@ -313,11 +321,9 @@ class TritonPythonModel:
         """Whether requests can be answered after execute returns: the response sender of a model that is
         not decoupled (python backend 24.06 and later; 23.12 refuses it, harness/releases.py). If not, the
         instance runs classic on its first lane, and says so once."""
-        try:
-            request.get_response_sender()
-        except Exception as error:
+        if (refusal := _response_sender_refusal(request)) is not None:
             self.instance.drop_extra_lanes(
-                f"this Triton's python backend cannot answer a request after execute returns ({error}); "
+                f"this Triton's python backend cannot answer a request after execute returns ({refusal}); "
                 "that needs Triton 24.06 (2.47) or later"
             )
             return False
