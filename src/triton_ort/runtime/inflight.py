@@ -193,14 +193,13 @@ class InflightScheduler:
     def _answer_all(self, items: Sequence[Pending], results: Sequence[Result]) -> None:
         """Each item its result (an item answered before a later step failed keeps its answer: the failure
         is not its own), then the counts, once for all of them."""
-        answered = [item for item in items if not item.answered]
-        for item, result in zip(items, results, strict=True):
-            if not item.answered:
-                item.send(result)
-        if not answered:
+        fresh = [(item, result) for item, result in zip(items, results, strict=True) if not item.answered]
+        if not fresh:
             return
+        for item, result in fresh:
+            item.send(result)
         with self._work:
-            self.in_flight -= len(answered)
-            self.rows_in_flight -= sum(item.rows for item in answered)
+            self.in_flight -= len(fresh)
+            self.rows_in_flight -= sum(item.rows for item, _ in fresh)
             if self._waiting_for_room:
                 self._room.notify_all()
