@@ -21,6 +21,15 @@
 #                                                     networking (docker/compose.local.yaml): no auth on them
 #   TRITON_EXIT_TIMEOUT_S            30               on SIGTERM, how long in-flight requests may finish
 #                                                     (compose's stop_grace_period must be longer)
+#   TRITON_ORT_WATCHDOG              1                1: python3 -m triton_ort.probe --watch beside tritonserver:
+#                                                     when a model has not answered its probe (one request of
+#                                                     zeros) 3 times in a row, 10 s apart, it kills tritonserver,
+#                                                     so the container exits and its restart policy starts it
+#                                                     again (compose restarts no container for being unhealthy).
+#                                                     0 where something else does that (Kubernetes' liveness
+#                                                     probe runs the same probe: deploy/kubernetes)
+#   TRITON_ORT_WATCHDOG_INTERVAL_S   10               seconds between the watchdog's probes
+#   TRITON_ORT_WATCHDOG_FAILURES     3                failed probes in a row that kill
 #   TRITON_ORT_MPS                   0                1: tritonserver and its stubs run as clients of a CUDA
 #                                                     MPS daemon of this container's own (one GPU context
 #                                                     instead of one per process: docs/benchmarks.md, MPS).
@@ -150,6 +159,16 @@ if [[ "${TRITON_ORT_MPS:-0}" == 1 ]]; then
         exit 2
     fi
     echo "entrypoint: CUDA MPS daemon started (pipes in $CUDA_MPS_PIPE_DIRECTORY)"
+fi
+
+# The watchdog (docs/reliability.md, "A safety net"): a server whose stub died can stay live and ready
+# while it answers its model no more (2.47+ restarts no stub; 2.41 can hang restarting one). Started
+# before the exec with this shell's pid, which tritonserver keeps; it counts only after a first probe
+# passes, so the models' load is never a failure.
+if [[ "${TRITON_ORT_WATCHDOG:-1}" == 1 ]]; then
+    python3 -m triton_ort.probe --url "http://${bind_address:-127.0.0.1}:$http_port" --watch $$ \
+        --interval "${TRITON_ORT_WATCHDOG_INTERVAL_S:-10}" --failures "${TRITON_ORT_WATCHDOG_FAILURES:-3}" \
+        --timeout "${TRITON_ORT_WATCHDOG_INTERVAL_S:-10}" &
 fi
 
 exec tritonserver "${args[@]}" "$@"

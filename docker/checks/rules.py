@@ -101,8 +101,8 @@ def dockerfile_problems(text: str) -> list[str]:
     if not images or images[0] != BASE_IMAGE:
         problems.append(f"Dockerfile: FROM {images[:1]}, expected {BASE_IMAGE}")
     health = [a for i, a in steps if i == "HEALTHCHECK"]
-    if not health or "/v2/health/ready" not in health[-1]:
-        problems.append("Dockerfile: needs a HEALTHCHECK on /v2/health/ready")
+    if not health or "triton_ort.probe" not in health[-1] or "--require-ready" not in health[-1]:
+        problems.append("Dockerfile: needs a HEALTHCHECK that runs triton_ort.probe --require-ready")
     runs = [a for i, a in steps if i == "RUN"]
     if any(_installs_cpu_onnxruntime(run) for run in runs):
         problems.append("Dockerfile: installs the CPU 'onnxruntime' (it shadows onnxruntime-gpu)")
@@ -315,6 +315,12 @@ def compose_problems(config: dict[str, Any], gpu: bool, mounted: bool = False) -
         elif mount is not None and not mounted:
             problems.append(f"{name}: mounts {mount.get('source')} over /models by default (opt-in only)")
 
+    health_test = " ".join(str(word) for word in (triton.get("healthcheck") or {}).get("test") or [])
+    if "triton_ort.probe" not in health_test or "--require-ready" not in health_test:
+        problems.append(
+            f"triton: the healthcheck must run triton_ort.probe --require-ready (a probe that infers), has "
+            f"{health_test!r}"
+        )
     condition = ((client.get("depends_on") or {}).get("triton") or {}).get("condition")
     if condition != "service_healthy":
         problems.append(f"client: must wait for a healthy triton (depends_on condition), has {condition!r}")

@@ -244,6 +244,33 @@ def _stub_pids_while_restarting(container: str) -> tuple[list[int], str]:
         return [], f"(container not answering: {error.stderr.strip()[:120]})"
 
 
+def test_the_watchdog_restarts_a_server_that_stopped_answering(served: Compose, reference: Any) -> None:
+    """tritonserver stopped (SIGSTOP) stands for a server that no longer answers: compose restarts no
+    container for being unhealthy, so the entrypoint's watchdog kills tritonserver after three failed
+    probes in a row and `restart: unless-stopped` brings the container back, answering right again."""
+    wait_for(lambda: ready(int(PORTS["HTTP_PORT"])), START_PERIOD_S, "the server ready", interval_s=0.5)
+    container = served.container()
+    restarts_before = int(inspect(container, "{{.RestartCount}}"))
+    procs = processes(container)
+    watchdog = [p for p in procs if "triton_ort.probe" in p["cmd"] and "--watch" in p["argv"]]
+    server = next(p for p in procs if p["argv"][0].endswith("tritonserver"))
+    assert [p["argv"][p["argv"].index("--watch") + 1] for p in watchdog] == [str(server["pid"])], watchdog
+    docker("exec", container, "python3", "-c", f"import os, signal; os.kill({server['pid']}, signal.SIGSTOP)")
+    # 3 probes of up to 10 s, 10 s apart, then 10 s of SIGTERM before SIGKILL; then the start (cold load)
+    wait_for(
+        lambda: int(inspect(container, "{{.RestartCount}}")) > restarts_before,
+        120,
+        "the watchdog to end the stopped server and compose to restart the container",
+        interval_s=1,
+    )
+    assert "did not answer 3 probes in a row" in served.logs()
+    wait_for(
+        lambda: ready(int(PORTS["HTTP_PORT"])), START_PERIOD_S, "the restarted server ready", interval_s=0.5
+    )
+    batch, got = request(httpclient.InferenceServerClient(HTTP_URL))
+    np.testing.assert_allclose(got, reference(batch), rtol=1e-4, atol=1e-5)
+
+
 def test_stop_with_requests_in_flight(served: Compose, reference: Any) -> None:
     """`docker compose stop` under load: every request is answered right or refused cleanly, and the
     server exits inside stop_grace_period (tritonserver's own exit, not Docker's SIGKILL)."""

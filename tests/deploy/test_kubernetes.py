@@ -289,19 +289,26 @@ def test_the_renderer_refuses_kustomize_fields_it_does_not_implement(tmp_path: P
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=OVERLAY_IDS)
-def test_probes_ask_triton_for_readiness_and_liveness_on_its_http_port(overlay: str) -> None:
+def test_probes_ask_triton_for_readiness_and_liveness_by_inferring(overlay: str) -> None:
     container = server_container(rendered(overlay))
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     # the entrypoint's defaults (TRITON_HTTP_PORT etc.), which the manifests do not override
     assert ports == {
         name: entrypoint_default(f"TRITON_{name.upper()}_PORT") for name in ("http", "grpc", "metrics")
     }
-    probes = {kind: container[f"{kind}Probe"]["httpGet"] for kind in ("startup", "readiness", "liveness")}
+    probes = {kind: container[f"{kind}Probe"]["httpGet"] for kind in ("startup", "readiness")}
     assert {kind: (probe["path"], probe["port"]) for kind, probe in probes.items()} == {
         "startup": ("/v2/health/ready", "http"),
         "readiness": ("/v2/health/ready", "http"),
-        "liveness": ("/v2/health/live", "http"),
     }
+    # Liveness infers: a server whose stub died stays live and ready. The probe's URL is the entrypoint's
+    # (TRITON_HTTP_PORT), its timeout within the kubelet's, and the entrypoint's watchdog is off beside it.
+    liveness = container["livenessProbe"]
+    assert liveness["exec"]["command"][:3] == ["python3", "-m", "triton_ort.probe"]
+    assert "--require-ready" not in liveness["exec"]["command"]
+    timeout = float(liveness["exec"]["command"][liveness["exec"]["command"].index("--timeout") + 1])
+    assert timeout < liveness["timeoutSeconds"]
+    assert env(container).get("TRITON_ORT_WATCHDOG") == "0"
     # The startup probe covers at least the stub's own start-up timeout: the first load is not a failure.
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= entrypoint_default(

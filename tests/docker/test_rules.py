@@ -92,6 +92,12 @@ COMPOSE_MUTATIONS: dict[str, tuple[str, Callable[[Config], None]]] = {
         "healthy triton",
         lambda c: _client(c)["depends_on"]["triton"].update(condition="service_started"),
     ),
+    "healthcheck only asks for readiness": (
+        "triton_ort.probe",
+        lambda c: _triton(c)["healthcheck"].update(
+            test=["CMD", "curl", "-f", "http://127.0.0.1:8000/v2/health/ready"]
+        ),
+    ),
     "client without the server image's models": (
         "additional_contexts",
         lambda c: _client(c)["build"].pop("additional_contexts", None),
@@ -142,6 +148,13 @@ DOCKERFILE_MUTATIONS = {
     "self-check outside the entrypoint's environment": (
         DOCKERFILE.replace("--entrypoint /opt/triton-ort/entrypoint.sh", ""),
         "--entrypoint",
+    ),
+    "healthcheck only asks for readiness": (
+        DOCKERFILE.replace(
+            'CMD ["python3", "-m", "triton_ort.probe", "--require-ready", "--timeout", "8"]',
+            'CMD ["curl", "-fsS", "http://127.0.0.1:8000/v2/health/ready"]',
+        ),
+        "triton_ort.probe",
     ),
     "unpinned base image": (DOCKERFILE.replace(":23.12-py3", ":latest"), "not pinned"),
 }
