@@ -525,3 +525,12 @@ def test_the_guide_lists_every_piece_of_deploy_kubernetes() -> None:
     }
     pieces |= {"prometheus-adapter/values.yaml"}
     assert listed == pieces
+
+
+def test_the_readme_kubernetes_line_builds_the_image_and_creates_the_overlays_namespace() -> None:
+    """A newcomer following the README's one line must not meet a missing namespace or image."""
+    (line,) = [ln for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith("| Kubernetes |")]
+    kustomization = yaml.safe_load((KUBERNETES / "overlays" / "gpu" / "kustomization.yaml").read_text())
+    assert f"kubectl create namespace {kustomization['namespace']}" in line
+    assert "docker build -f docker/Dockerfile" in line and "newName" in line
+    assert line.index("create namespace") < line.index("kubectl apply -k deploy/kubernetes/overlays/gpu")
