@@ -11,6 +11,13 @@ whether tritonserver itself died (its exit signal). The models:
   plain             a `backend: "python"` model.py of a few numpy lines, the demo's tensors, no custom metrics
   plain_slow_load   the same, with a 4 s sleep in initialize (about our load time on CPU): does a longer
                     restart make the crash likelier?
+  plain_imports     the plain model with torch and onnxruntime imported in initialize (what the libraries'
+                    import alone does: their size, their threads)
+  plain_ort         the tutorial model.py: an ONNX Runtime session on the demo's model.onnx made in
+                    initialize and run on numpy in execute (ORT's threads and allocations, no triton_ort)
+  plain_ort_gpu_inputs   plain_ort with the demo's FORCE_CPU_ONLY_INPUT_TENSORS "no" (as ours has it)
+  plain_ort_dlpack  plain_ort reading its input and returning its output through DLPack and torch, as ours
+                    does (a torch tensor handed to pb_utils.Tensor.from_dlpack)
   ours              the demo served by this project's model.py (ONNX Runtime, custom metrics on: parameter
                     custom_metrics true, which on 2.41 the default leaves off)
   ours_no_metrics   the same on a server started with --allow-metrics=false (the model serves without its
@@ -49,6 +56,10 @@ INPUT, OUTPUT = "np_script_embeddings", "np_logits"
 MODELS = (
     "plain",
     "plain_slow_load",
+    "plain_imports",
+    "plain_ort",
+    "plain_ort_gpu_inputs",
+    "plain_ort_dlpack",
     "ours",
     "ours_no_metrics",
     "ours_custom_metrics_off",
@@ -62,17 +73,38 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 INITIALIZE_S = {initialize_s}
+VARIANT = "{variant}"
 
 
 class TritonPythonModel:
     def initialize(self, args):
         time.sleep(INITIALIZE_S)
+        self.session = None
+        if VARIANT.startswith(("plain_imports", "plain_ort")):
+            import onnxruntime
+            import torch  # noqa: F401
+        if VARIANT.startswith("plain_ort"):
+            import os
+            onnx = os.path.join(os.path.dirname(__file__), "model.onnx")
+            self.session = onnxruntime.InferenceSession(onnx, providers=["CPUExecutionProvider"])
 
     def execute(self, requests):
         responses = []
         for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "np_script_embeddings").as_numpy()
-            logits = np.stack([x.sum(axis=1), x.mean(axis=1)], axis=1).astype(np.float32)
+            tensor = pb_utils.get_input_tensor_by_name(request, "np_script_embeddings")
+            if VARIANT == "plain_ort_dlpack":
+                import torch
+
+                x = torch.from_dlpack(tensor.to_dlpack())
+                (logits,) = self.session.run(["np_logits"], {"np_script_embeddings": x.numpy()})
+                output = pb_utils.Tensor.from_dlpack("np_logits", torch.from_numpy(logits))
+                responses.append(pb_utils.InferenceResponse([output]))
+                continue
+            x = tensor.as_numpy()
+            if self.session is not None:
+                (logits,) = self.session.run(["np_logits"], {"np_script_embeddings": x})
+            else:
+                logits = np.stack([x.sum(axis=1), x.mean(axis=1)], axis=1).astype(np.float32)
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("np_logits", logits)]))
         return responses
 """
@@ -91,11 +123,15 @@ def _repository(model: str, root: Path) -> Path:
     if model in ("ours_custom_metrics_off", "ours_quiet", "ours_fast_load"):
         config.parameters["custom_metrics"].string_value = "false"
     if model.startswith("plain"):
-        (folder / "1" / "model.onnx").unlink(missing_ok=True)
+        if not model.startswith("plain_ort"):
+            (folder / "1" / "model.onnx").unlink(missing_ok=True)
         initialize_s = 4.0 if model == "plain_slow_load" else 0.0
-        (folder / "1" / "model.py").write_text(PLAIN_MODEL_PY.replace("{initialize_s}", str(initialize_s)))
+        model_py = PLAIN_MODEL_PY.replace("{initialize_s}", str(initialize_s)).replace("{variant}", model)
+        (folder / "1" / "model.py").write_text(model_py)
         config.ClearField("parameters")
         config.ClearField("optimization")
+        if model == "plain_ort_gpu_inputs":
+            config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value = "no"
         config.backend = "python"
     write_config(folder, config)
     return root
