@@ -22,7 +22,7 @@ from ..errors import InputError
 from ..hooks.module import ClientSpecs, HookError, Hooks, Tensors
 from .arrays import concatenate
 from .output_placement import OutputPlacement, copy_to_host
-from .run_plans import BoundedSet
+from .run_plan import BoundedSet
 from .runner import IOBindingRunner
 from .tensor_checks import Signature, check_against_specs, served_outputs, signature_of
 

@@ -1,7 +1,7 @@
 """One served model instance, everything model.py needs, and nothing that imports Triton.
 
 An instance is a device, a CUDA stream, an ORT session and a runner, built from the model plan
-(plan.py), with one lane (lane.py) that Triton's execute() runs on; warm-up and the custom metrics
+(model_plan.py), with one lane (lane.py) that Triton's execute() runs on; warm-up and the custom metrics
 are small steps of its load and of each execute.
 
 torch is imported only by an instance that runs on it (a GPU instance, or hooks): a CPU instance that the
@@ -30,7 +30,7 @@ from .gather import Result
 from .graph_buckets import graphs_on
 from .inflight import InflightScheduler, Pending
 from .lane import Lane, zeros_request
-from .plan import ModelPlan
+from .model_plan import ModelPlan
 from .session import (
     Placement,
     SharedWeights,
