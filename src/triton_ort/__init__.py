@@ -21,8 +21,9 @@ if TYPE_CHECKING:
         triton_code,
     )
     from .hooks.declared import ClientTensor
-    from .hooks.module import HookError, Postprocess, Preprocess, Tensors
+    from .hooks.module import HookError, Postprocess, Preprocess
     from .model.options import ModelOptions, parse_options
+    from .model.signature import Tensors
     from .runtime.gather import run_requests
     from .runtime.instance import ModelInstance
     from .runtime.providers import diagnose_missing_cuda_provider
@@ -42,7 +43,7 @@ _MODULE_OF = {
     "HookError": ".hooks.module",
     "Postprocess": ".hooks.module",
     "Preprocess": ".hooks.module",
-    "Tensors": ".hooks.module",
+    "Tensors": ".model.signature",
     "ModelInstance": ".runtime.instance",
     "ModelOptions": ".model.options",
     "parse_options": ".model.options",

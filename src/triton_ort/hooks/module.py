@@ -25,16 +25,15 @@ from ..errors import ConfigError, TritonOrtError
 from ..model.dtypes import from_triton_type
 from ..model.options import ModelOptions
 from ..model.served_config import ConfigTensor, ServedConfig
-from ..model.signature import Dim, TensorSpec
+from ..model.signature import Dim, Tensors, TensorSpec
 from .declared import HookTensors, read_declarations
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 # torch is the hooks' own import (a hooks module that imports it without torch installed fails to load,
-# naming the module): this module reads and checks hooks without importing it.
-Tensors = dict[str, "torch.Tensor"]
-"""Tensors by name: what hooks take and return."""
+# naming the module): this module reads and checks hooks without importing it. Hooks take and return
+# torch tensors by name (Tensors, model/signature.py).
 
 
 class Preprocess(Protocol):

@@ -23,18 +23,18 @@ client's (`InputError`), a device short of memory for now is `Unavailable`, anyt
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import InferenceError, InputError
+from ..model.signature import Tensors
 from .ort_errors import classify_failure, device_memory_bytes
 from .session import Placement
 
 LOGGER = logging.getLogger(__name__)
 
-Tensors = Mapping[str, Any]
 """A request's tensors: torch tensors or numpy arrays (arrays.py); strings as numpy arrays."""
 Result = dict[str, Any] | Exception
 

@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from ..errors import InputError
-from ..hooks.module import ClientSpecs, HookError, Hooks, Tensors
+from ..hooks.module import ClientSpecs, HookError, Hooks
+from ..model.signature import Tensors
 from .arrays import concatenate
 from .output_placement import OutputPlacement, copy_to_host
 from .run_plan import BoundedSet

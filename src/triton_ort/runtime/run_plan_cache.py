@@ -15,14 +15,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..model.signature import Tensors
 from .graph_buckets import MAX_CUDA_GRAPHS, batch_bucket, graph_bucket, signature_at
 from .ort_errors import mismatched_outputs
 from .run_plan import PLAN_CACHE_SIZE, SIGNATURES_KEPT, OutputDim, RunPlan
 from .tensor_checks import Signature, signature_of
 
 LOGGER = logging.getLogger(__name__)
-
-Tensors = Mapping[str, Any]
 
 NewPlan = Callable[[Tensors, "int | None", frozenset[str]], RunPlan]
 """Makes the plan of tensors like these: with a CUDA graph id (None: no graph; ORT reserves 0), and the

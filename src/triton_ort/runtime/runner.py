@@ -34,7 +34,7 @@ from typing import Any
 import onnxruntime as ort
 
 from ..model.dtypes import from_onnx_type
-from ..model.signature import TensorSpec, one_value_per_request
+from ..model.signature import Tensors, TensorSpec, one_value_per_request
 from .arrays import Arrays, NumpyArrays, TorchArrays, concatenate
 from .graph_buckets import copy_into_graph, graphs_on
 from .output_placement import OutputPlacement, copy_to_host
@@ -55,7 +55,6 @@ from .tensor_checks import Signature, check_against_specs, check_shared_axes, si
 
 LOGGER = logging.getLogger(__name__)
 
-Tensors = Mapping[str, Any]
 """A request's tensors: the runner's arrays (torch tensors or numpy arrays), strings as numpy arrays."""
 
 
