@@ -17,8 +17,8 @@ Dim = int | str | None  # a static size, a symbolic axis name, or unknown
 
 Tensors = Mapping[str, Any]
 """Tensors by name: a request's inputs, a run's outputs, what hooks take and return (torch tensors; numpy
-arrays on a CPU instance without hooks, runtime/arrays.py). The one such alias: the runtime, the hooks'
-contract and the package's `triton_ort.Tensors` all name this one."""
+arrays on a CPU instance without hooks, runtime/arrays.py; strings as numpy arrays of bytes). The one such
+alias: the runtime, the hooks' contract and the package's `triton_ort.Tensors` all name this one."""
 
 
 class NodeArgLike(Protocol):

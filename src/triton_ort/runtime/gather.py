@@ -35,8 +35,8 @@ from .session import Placement
 
 LOGGER = logging.getLogger(__name__)
 
-"""A request's tensors: torch tensors or numpy arrays (arrays.py); strings as numpy arrays."""
 Result = dict[str, Any] | Exception
+"""A request's answer (its outputs by name) or its error."""
 
 
 class BatchRunner(Protocol):

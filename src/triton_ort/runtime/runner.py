@@ -55,8 +55,6 @@ from .tensor_checks import Signature, check_against_specs, check_shared_axes, si
 
 LOGGER = logging.getLogger(__name__)
 
-"""A request's tensors: the runner's arrays (torch tensors or numpy arrays), strings as numpy arrays."""
-
 
 class IOBindingRunner:
     """Runs one session on its arrays, through one RunPlan per input signature. Not thread-safe: one
