@@ -15,10 +15,10 @@ import pytest
 from tests.support.paths import DEMO_MAX_BATCH, demo_instance_config, demo_onnx
 from triton_ort import InferenceError, InputError, ModelInstance
 from triton_ort.errors import Cancelled, triton_code
-from triton_ort.metrics import InMemoryMetrics, InstanceMetrics
 from triton_ort.model.signature import Tensors
 from triton_ort.runtime.gather import Result
 from triton_ort.runtime.inflight import CANCEL_CHECK_AFTER_S, InflightScheduler, Pending
+from triton_ort.runtime.metrics import InMemoryMetrics, InstanceMetrics
 
 
 class Answers:

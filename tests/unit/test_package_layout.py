@@ -21,9 +21,8 @@ TOP_LEVEL_MODULES_AT_MOST = 10
 MAY_IMPORT = {
     "model": {"hooks"},
     "hooks": {"model"},
-    "runtime": {"model", "hooks", "metrics"},
-    "metrics": {"runtime"},
-    "backend": {"runtime", "model", "metrics", "package"},
+    "runtime": {"model", "hooks"},
+    "backend": {"runtime", "model", "package"},
     "harness": {"model", "backend"},
     "cli": {"model", "hooks", "harness", "backend"},
     "stack": {"model", "runtime"},

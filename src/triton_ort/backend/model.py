@@ -30,12 +30,13 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_ort import InferenceError, ModelInstance, TritonOrtError, triton_code
-from triton_ort.metrics import request_rows, triton_instance_metrics
 from triton_ort.model.autocomplete import apply_completed, complete_config, zero_copy_warning
 from triton_ort.model.dtypes import from_torch_dtype
 from triton_ort.runtime.arrays import require_torch
 from triton_ort.runtime.copy_counter import copy_counting_enabled, count_host_device_copies
+from triton_ort.runtime.gather import request_rows
 from triton_ort.runtime.inflight import Pending
+from triton_ort.runtime.metrics import triton_instance_metrics
 
 LOGGER = logging.getLogger("triton_ort.backend")
 

@@ -89,6 +89,14 @@ def _group_key(tensors: Tensors, shared: frozenset[str]) -> tuple[object, ...] |
     return tuple(key) if rows is not None else None
 
 
+def request_rows(tensors: Tensors) -> int:
+    """A request's batch rows: the first axis of its first input (0 for scalars or no inputs); what the
+    metrics count and the in-flight scheduler fills a run with (where Triton batches)."""
+    for tensor in tensors.values():
+        return int(tensor.shape[0]) if len(tensor.shape) > 0 else 0  # torch, or numpy for strings
+    return 0
+
+
 def run_one(runner: BatchRunner, tensors: Tensors) -> Result:
     """One checked request; any failure becomes that request's classified error instead of an exception."""
     try:

@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, ProviderError
 from ..hooks.module import load_hooks
-from ..metrics import InstanceMetrics, request_rows
 from ..model.load_checks import bf16_tensors, check_python_backend_types, checked_options
 from ..model.options import ModelOptions
 from ..model.served_config import ServedConfig
 from .arrays import ON_TORCH_ON_CPU, NumpyArrays, require_torch
 from .cuda_context import lower_stack_limit
-from .gather import Result
+from .gather import Result, request_rows
 from .graph_buckets import graphs_on
 from .inflight import InflightScheduler, Pending
 from .lane import Lane, zeros_request
+from .metrics import InstanceMetrics
 from .model_plan import ModelPlan
 from .session import (
     Placement,
