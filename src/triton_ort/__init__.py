@@ -20,8 +20,8 @@ if TYPE_CHECKING:
         Unavailable,
         triton_code,
     )
-    from .hooks.declared import ClientTensor
     from .hooks.module import HookError, Postprocess, Preprocess
+    from .model.hooks_file import ClientTensor
     from .model.options import ModelOptions, parse_options
     from .model.signature import Tensors
     from .runtime.gather import run_requests
@@ -39,7 +39,7 @@ _MODULE_OF = {
     "Unavailable": ".errors",
     "triton_code": ".errors",
     "run_requests": ".runtime.gather",
-    "ClientTensor": ".hooks.declared",
+    "ClientTensor": ".model.hooks_file",
     "HookError": ".hooks.module",
     "Postprocess": ".hooks.module",
     "Preprocess": ".hooks.module",
