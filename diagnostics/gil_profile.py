@@ -64,7 +64,7 @@ STEPS: list[tuple[str, set[str], set[str]]] = [
     (
         "execute intake",
         {"execute", "_queue", "_copies_waited_for", "_device_inputs", "request_rows", "infer"},
-        {"model.py", "instance.py"},
+        {"model.py", "execute.py", "instance.py"},
     ),
 ]
 OURS = ("triton_ort", "model.py")
