@@ -1,8 +1,9 @@
-"""One served model instance, everything model.py needs, and nothing that imports Triton.
+"""One served model instance: what its executors (execute.py) run on, and nothing that imports Triton.
 
 An instance is a device, a CUDA stream, an ORT session and a runner, built from the model plan
-(model_plan.py), with one lane (lane.py) that Triton's execute() runs on; warm-up and the custom metrics
-are small steps of its load and of each execute.
+(model_plan.py), with its lanes (lane.py): the first is the classic execute's, the others (parameter
+inflight_lanes) the in-flight executor's; warm-up and the custom metrics are small steps of its load and of
+each run.
 
 torch is imported only by an instance that runs on it (a GPU instance, or hooks): a CPU instance that the
 python backend asks to run on numpy (`numpy_on_cpu`) never imports it (arrays.py).
