@@ -54,7 +54,7 @@ STEPS: list[tuple[str, set[str], set[str]]] = [
     ("answer (Triton's tensors)", {"_response", "_output", "_numpy_viewable"}, set()),
     ("send (response sender)", {"_send"}, set()),
     ("read inputs", {"_read_inputs", "_host_array", "_strings", "_read_for_lanes"}, set()),
-    ("bind + run setup", set(), {"runner.py", "gather.py", "arrays.py", "run_plans.py", "plan.py"}),
+    ("bind + run setup", set(), {"runner.py", "gather.py", "arrays.py", "run_plan.py", "model_plan.py"}),
     (
         "ORT call (GIL held)",
         {"run_with_iobinding", "run", "bind_input", "bind_output"},
@@ -64,7 +64,7 @@ STEPS: list[tuple[str, set[str], set[str]]] = [
     (
         "execute intake",
         {"execute", "_queue", "_copies_waited_for", "_device_inputs", "request_rows", "infer"},
-        {"model.py", "instance.py"},
+        {"model.py", "execute.py", "instance.py"},
     ),
 ]
 OURS = ("triton_ort", "model.py")

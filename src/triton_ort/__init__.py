@@ -20,9 +20,10 @@ if TYPE_CHECKING:
         Unavailable,
         triton_code,
     )
-    from .hooks.declared import ClientTensor
-    from .hooks.module import HookError, Postprocess, Preprocess, Tensors
+    from .hooks.module import HookError, Postprocess, Preprocess
+    from .model.hooks_file import ClientTensor
     from .model.options import ModelOptions, parse_options
+    from .model.signature import Tensors
     from .runtime.gather import run_requests
     from .runtime.instance import ModelInstance
     from .runtime.providers import diagnose_missing_cuda_provider
@@ -38,11 +39,11 @@ _MODULE_OF = {
     "Unavailable": ".errors",
     "triton_code": ".errors",
     "run_requests": ".runtime.gather",
-    "ClientTensor": ".hooks.declared",
+    "ClientTensor": ".model.hooks_file",
     "HookError": ".hooks.module",
     "Postprocess": ".hooks.module",
     "Preprocess": ".hooks.module",
-    "Tensors": ".hooks.module",
+    "Tensors": ".model.signature",
     "ModelInstance": ".runtime.instance",
     "ModelOptions": ".model.options",
     "parse_options": ".model.options",

@@ -30,7 +30,7 @@ from tests.support.repository import build_test_repository
 from triton_ort import IOBindingRunner, ModelOptions, Placement, create_session, run_requests
 from triton_ort.harness.repository import pin_one_instance, read_config, write_config
 from triton_ort.harness.waiting import wait_for
-from triton_ort.runtime import plan_cache as plan_cache_module
+from triton_ort.runtime import run_plan_cache as run_plan_cache_module
 from triton_ort.runtime.copy_counter import cupti_counts_from_log
 from triton_ort.runtime.output_placement import OutputPlacement
 from triton_ort.runtime.providers import CUDA_EP, diagnose_missing_cuda_provider
@@ -231,7 +231,7 @@ def test_graph_plans_past_the_limit_and_repeats_in_one_execute_answer_right(
     """Signatures past MAX_CUDA_GRAPHS run as ordinary plans, and a captured signature run twice in one
     execute runs the second time as a spare plan (no graph): every answer stays right and none is
     overwritten by a later run."""
-    monkeypatch.setattr(plan_cache_module, "MAX_CUDA_GRAPHS", 2)
+    monkeypatch.setattr(run_plan_cache_module, "MAX_CUDA_GRAPHS", 2)
     stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     where = Placement("cuda", 0, stream.cuda_stream)
     runner = IOBindingRunner(

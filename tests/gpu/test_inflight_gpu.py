@@ -12,7 +12,7 @@ import torch
 from tests.support.paths import DEMO_MAX_BATCH, TF32_TOLERANCE, demo_instance_config, demo_onnx
 from triton_ort import ConfigError, ModelInstance
 from triton_ort.runtime.gather import Result
-from triton_ort.runtime.inflight import Pending
+from triton_ort.runtime.inflight import InflightScheduler, Pending
 
 pytestmark = pytest.mark.gpu
 
@@ -33,7 +33,7 @@ def test_lanes_have_their_own_streams_and_answer_as_the_classic_execute() -> Non
         result = instance.infer([request])[0]
         assert isinstance(result, dict), result
         expected.append({k: v.clone() for k, v in result.items()})  # the lane's buffers are reused
-    instance.start_inflight()
+    scheduler = InflightScheduler(instance.infer, len(instance.lanes), instance.plan.max_batch_size)
     answers: dict[int, Result] = {}
     done = threading.Event()
 
@@ -48,8 +48,9 @@ def test_lanes_have_their_own_streams_and_answer_as_the_classic_execute() -> Non
         return send
 
     for index, request in enumerate(requests):
-        instance.submit(Pending(request, answer(index), rows=len(request["np_script_embeddings"])))
+        scheduler.submit(Pending(request, answer(index), rows=len(request["np_script_embeddings"])))
     assert done.wait(30), answers
+    scheduler.close()
     instance.close()
     for index, want in enumerate(expected):
         got = answers[index]

@@ -19,7 +19,7 @@ from tests.support.paths import SERVER_TOLERANCE, demo_onnx
 from triton_ort.harness.reference import reference_outputs
 from triton_ort.harness.server import LocalTritonServer
 from triton_ort.harness.transport import infer
-from triton_ort.metrics import FLUSH_INTERVAL_S
+from triton_ort.runtime.metrics import FLUSH_INTERVAL_S
 
 pytestmark = pytest.mark.integration
 

@@ -30,9 +30,9 @@ from triton_ort.harness.releases import ErrorCode, Release
 from triton_ort.harness.server import LocalTritonServer
 from triton_ort.harness.transport import (
     Answer,
+    GivenTensors,
     RawTensor,
     TensorMeta,
-    Tensors,
     binary_body,
     grpc_raw,
     http_raw,
@@ -71,7 +71,7 @@ class BadCase:
 Send = Callable[[LocalTritonServer], Answer]
 
 
-def _tc(protocol: str, model: str, inputs: Tensors, outputs: list[str] | None = None) -> Send:
+def _tc(protocol: str, model: str, inputs: GivenTensors, outputs: list[str] | None = None) -> Send:
     def send(server: LocalTritonServer) -> Answer:
         url = server.http_url if protocol == "http" else server.grpc_url
         return tritonclient_infer(protocol, url, model, inputs, outputs)
@@ -332,7 +332,7 @@ def test_payload_of_the_wrong_length_is_refused(
 
 
 def _send_together(
-    server: LocalTritonServer, model: str, requests: Sequence[Tensors], outputs: list[str]
+    server: LocalTritonServer, model: str, requests: Sequence[GivenTensors], outputs: list[str]
 ) -> list[Answer]:
     """Concurrent requests (alternating HTTP and gRPC); returns the answers and the new batches."""
     before = statistics(server.http_url, model)
@@ -434,13 +434,17 @@ def test_malformed_requests_do_not_disturb_the_batch_they_arrive_with(
     server: LocalTritonServer, release: Release
 ) -> None:
     xs = [RNG.standard_normal((2, 2010)).astype(np.float32) for _ in range(6)]
-    bad: list[Tensors] = [
+    bad: list[GivenTensors] = [
         [(DEMO_INPUT, xs[0].astype(np.float64))],
         [(DEMO_INPUT, np.zeros((2, 2011), np.float32))],
         [(DEMO_INPUT, np.zeros((DEMO_MAX_BATCH + 1, 2010), np.float32))],
         [(DEMO_INPUT, np.full((1, 2010), b"1", dtype=np.object_), "BYTES")],
     ]
-    requests: list[Tensors] = [[(DEMO_INPUT, x)] for x in xs[:3]] + bad + [[(DEMO_INPUT, x)] for x in xs[3:]]
+    requests: list[GivenTensors] = [
+        *([(DEMO_INPUT, x)] for x in xs[:3]),
+        *bad,
+        *([(DEMO_INPUT, x)] for x in xs[3:]),
+    ]
     answers = _send_together(server, "demo_batched", requests, [DEMO_OUTPUT])
     good = answers[:3] + answers[3 + len(bad) :]
     for x, answer in zip(xs, good, strict=True):

@@ -23,7 +23,7 @@ from triton_ort.harness.repository import copy_model
 from triton_ort.harness.server import LocalTritonServer
 from triton_ort.harness.transport import tritonclient_infer
 from triton_ort.harness.waiting import wait_for
-from triton_ort.metrics import FLUSH_INTERVAL_S
+from triton_ort.runtime.metrics import FLUSH_INTERVAL_S
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from tests.support import graphs
 from tests.support.paths import demo_onnx
 from triton_ort import IOBindingRunner, ModelInstance
 from triton_ort.runtime.graph_buckets import graph_bucket
-from triton_ort.runtime.run_plans import ROW_VIEWS_KEPT, RunPlan
+from triton_ort.runtime.run_plan import ROW_VIEWS_KEPT, RunPlan
 
 
 @pytest.mark.parametrize(

@@ -17,9 +17,9 @@ from tests.support.hooks_support import DECLARED_HOOKS, SHORT_CONFIG, UNDECLARED
 from tests.support.paths import demo_onnx
 from triton_ort import ClientTensor, ConfigError, ModelInstance
 from triton_ort.cli.config import ConfigCommandError, completed_config
-from triton_ort.hooks.declared import read_declarations
 from triton_ort.model.autocomplete import complete_config
 from triton_ort.model.dtypes import from_triton_type
+from triton_ort.model.hooks_file import read_declarations
 from triton_ort.model.signature import TensorSpec
 
 

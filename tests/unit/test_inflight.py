@@ -15,9 +15,10 @@ import pytest
 from tests.support.paths import DEMO_MAX_BATCH, demo_instance_config, demo_onnx
 from triton_ort import InferenceError, InputError, ModelInstance
 from triton_ort.errors import Cancelled, triton_code
-from triton_ort.metrics import InMemoryMetrics, InstanceMetrics
-from triton_ort.runtime.gather import Result, Tensors
+from triton_ort.model.signature import Tensors
+from triton_ort.runtime.gather import Result
 from triton_ort.runtime.inflight import CANCEL_CHECK_AFTER_S, InflightScheduler, Pending
+from triton_ort.runtime.metrics import InMemoryMetrics, InstanceMetrics
 
 
 class Answers:
@@ -221,25 +222,28 @@ def test_a_cpu_instance_in_flight_answers_as_the_classic_execute(lanes: int) -> 
     config = demo_instance_config(DEMO_MAX_BATCH, inflight_lanes=str(lanes))
     backend = InMemoryMetrics()
     metrics = InstanceMetrics(backend, "demo", "1", "demo_0", flush_interval_s=3600.0)
-    instance = ModelInstance(config, demo_onnx().parent, "CPU", 0, metrics=metrics, numpy_on_cpu=True)
+    instance = ModelInstance(config, demo_onnx().parent, "CPU", 0, numpy_on_cpu=True)
     assert len(instance.lanes) == lanes
+    # what runtime/execute.py's InflightExecutor.on_lanes starts, and the gauge it gives the metrics
+    scheduler = InflightScheduler(instance.infer, len(instance.lanes), instance.plan.max_batch_size)
+    instance.start_metrics(metrics, in_flight=lambda: scheduler.in_flight)
     rng = np.random.default_rng(0)
     requests = [
         {"np_script_embeddings": rng.standard_normal((n, 2010), dtype=np.float32)} for n in (1, 3, 2, 5, 1, 4)
     ]
     expected = [{k: v.copy() for k, v in instance.infer([r])[0].items()} for r in requests]  # type: ignore[union-attr]
-    instance.start_inflight()
     answers = Answers()
     for request_id, request in enumerate(requests):
         rows = len(request["np_script_embeddings"])
-        instance.submit(Pending(request, answers.answer(request_id, copy=True), rows=rows))
+        scheduler.submit(Pending(request, answers.answer(request_id, copy=True), rows=rows))
     answers.wait_for(len(requests))
     for request_id, want in enumerate(expected):
         got = answers.only(request_id)
         assert isinstance(got, dict), got
         np.testing.assert_allclose(got["np_logits"], want["np_logits"], rtol=1e-5, atol=1e-5)
+    scheduler.close()
     instance.close()
-    assert instance.scheduler is not None and instance.scheduler.in_flight == 0
+    assert scheduler.in_flight == 0
     assert backend.value("triton_ort_requests_total") == 2 * len(requests)
     assert backend.value("triton_ort_runs_total") >= 1 + len(requests) // 5  # gathered where queued together
     assert backend.value("triton_ort_inflight_requests") == 0
@@ -250,4 +254,4 @@ def test_extra_lanes_go_when_the_server_cannot_answer_later() -> None:
     instance = ModelInstance(config, demo_onnx().parent, "CPU", 0, numpy_on_cpu=True)
     assert len(instance.lanes) == 3
     instance.drop_extra_lanes("this release has no response sender for it")
-    assert len(instance.lanes) == 1 and instance.scheduler is None
+    assert len(instance.lanes) == 1

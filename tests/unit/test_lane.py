@@ -17,7 +17,7 @@ from triton_ort.model.load_checks import checked_options
 from triton_ort.model.served_config import ServedConfig
 from triton_ort.runtime.gather import run_requests
 from triton_ort.runtime.lane import Lane
-from triton_ort.runtime.plan import ModelPlan
+from triton_ort.runtime.model_plan import ModelPlan
 from triton_ort.runtime.runner import IOBindingRunner
 from triton_ort.runtime.session import Placement
 

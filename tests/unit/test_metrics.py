@@ -13,7 +13,12 @@ import torch
 
 from tests.support.paths import demo_instance_config, demo_onnx
 from triton_ort import ModelInstance
-from triton_ort.metrics import InMemoryMetrics, InstanceMetrics, TritonMetricFamilies, triton_instance_metrics
+from triton_ort.runtime.metrics import (
+    InMemoryMetrics,
+    InstanceMetrics,
+    TritonMetricFamilies,
+    triton_instance_metrics,
+)
 from triton_ort.runtime.stats import RunnerStats
 
 LABELS = {"model": "demo", "version": "1", "instance": "demo_0"}

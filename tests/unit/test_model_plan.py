@@ -14,9 +14,9 @@ from triton_ort.hooks.module import Hooks
 from triton_ort.model.autocomplete import read_onnx_signature
 from triton_ort.model.load_checks import checked_options
 from triton_ort.model.served_config import ServedConfig
+from triton_ort.runtime.model_plan import ModelPlan
 from triton_ort.runtime.output_placement import OutputPlacement
-from triton_ort.runtime.plan import ModelPlan
-from triton_ort.runtime.run_plans import SIGNATURES_KEPT, BoundedSet
+from triton_ort.runtime.run_plan import SIGNATURES_KEPT, BoundedSet
 
 DEMO_CONFIG = {
     "name": "demo",

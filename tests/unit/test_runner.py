@@ -14,7 +14,7 @@ from tests.support import graphs
 from tests.support.dlpack_layout import python_backend_accepts
 from tests.support.paths import demo_onnx
 from triton_ort import InputError, IOBindingRunner, Placement
-from triton_ort.runtime import plan_cache as plan_cache_module
+from triton_ort.runtime import run_plan_cache as run_plan_cache_module
 from triton_ort.runtime.ort_errors import mismatched_outputs
 from triton_ort.runtime.output_placement import OutputPlacement
 from triton_ort.runtime.tensor_checks import signature_of
@@ -189,7 +189,7 @@ def test_cached_plans_answer_as_fresh_runs_do(monkeypatch: pytest.MonkeyPatch) -
     """Served the way ModelInstance serves (reclaim_outputs before each execute): a new shape, the same
     shape again from its plan, a shape back after its plan was evicted, and a repeat of a shape within
     one execute all answer as session.run does, and no answer is overwritten by a later run."""
-    monkeypatch.setattr(plan_cache_module, "PLAN_CACHE_SIZE", 2)
+    monkeypatch.setattr(run_plan_cache_module, "PLAN_CACHE_SIZE", 2)
     runner = runner_for(demo_onnx())
     for rows in (3, 3, 5, 7, 9, 3):  # 3 is planned, reused, evicted by 5/7/9, and planned again
         runner.reclaim_outputs()

@@ -4,7 +4,8 @@ Triton reaches it through a one-line model.py (triton_ort.backend.MODEL_PY): the
 `onnxruntime_zerocopy`'s, or a copy in a model's version directory. Imported only inside the python-backend
 stub (it needs triton_python_backend_utils). The work lives in the `triton_ort` library (importable and
 tested without Triton); this adapter only fills in the config from the ONNX file, converts between Triton's
-tensors and the instance's arrays, and maps errors onto per-request TritonErrors.
+tensors and the instance's arrays, and maps errors onto per-request TritonErrors. How an execute is answered
+(classic, or in flight) is triton_ort.runtime.execute's, chosen once.
 
 Data path on a GPU (or with hooks): request -> pb_utils.Tensor -> DLPack -> torch (no copy; on the GPU when
 Triton delivers it there) -> ORT IO binding by pointer -> run on the instance's CUDA stream -> torch outputs
@@ -22,20 +23,18 @@ import functools
 import json
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from triton_ort import InferenceError, ModelInstance, TritonOrtError, triton_code
-from triton_ort.metrics import request_rows, triton_instance_metrics
+from triton_ort import ModelInstance, TritonOrtError, triton_code
 from triton_ort.model.autocomplete import apply_completed, complete_config, zero_copy_warning
 from triton_ort.model.dtypes import from_torch_dtype
 from triton_ort.runtime.arrays import require_torch
-from triton_ort.runtime.copy_counter import copy_counting_enabled, count_host_device_copies
-from triton_ort.runtime.inflight import Pending
+from triton_ort.runtime.execute import Execution, PythonBackend
+from triton_ort.runtime.metrics import triton_instance_metrics
 
 LOGGER = logging.getLogger("triton_ort.backend")
 
@@ -86,49 +85,6 @@ def _read_inputs(request: pb_utils.InferenceRequest, on_numpy: bool) -> dict[str
     return tensors
 
 
-def _device_inputs(tensors: dict[str, Any] | Exception) -> set[Any]:
-    """The devices of a reading's tensors that are in device memory (none for an error or host tensors)."""
-    if isinstance(tensors, Exception):
-        return set()
-    return {tensor.device for tensor in tensors.values() if getattr(tensor, "is_cuda", False)}
-
-
-def _read_for_lanes(request: pb_utils.InferenceRequest, on_numpy: bool) -> dict[str, Any] | Exception:
-    """A request's tensors for the lanes (or its error), with every device input copied. The server releases
-    a request kept in flight when execute returns, and its device inputs with it (python_backend 24.10
-    src/python_be.cc: TRITONBACKEND_RequestRelease after every execute; an input in a server-side GPU
-    buffer, e.g. an ensemble step's, is passed by CUDA IPC, not copied). Host inputs need no copy: the stub
-    made its own when it loaded the request (src/pb_tensor.cc, py::array without a base)."""
-    try:
-        tensors = _read_inputs(request, on_numpy)
-        for name, tensor in tensors.items():
-            if getattr(tensor, "is_cuda", False):
-                tensors[name] = tensor.clone()  # on its device's current stream: waited for by the caller
-        return tensors
-    except TritonOrtError as error:
-        return error
-    except Exception as error:
-        LOGGER.exception("a request could not be read")
-        return InferenceError(f"the request could not be read: {type(error).__name__}: {error}")
-
-
-def _copies_waited_for(readings: list[dict[str, Any] | Exception]) -> list[dict[str, Any] | Exception]:
-    """The readings once their device copies are complete (a lane computes on a stream of its own, which
-    does not wait for the current stream); a device that fails meanwhile fails the requests that used it."""
-    devices = [_device_inputs(tensors) for tensors in readings]
-    if not any(devices):
-        return readings
-    import torch
-
-    try:
-        for device in set().union(*devices):
-            torch.cuda.current_stream(device).synchronize()
-    except Exception as error:
-        failure = InferenceError(f"the device failed while copying the request's inputs: {error}")
-        return [failure if used else tensors for tensors, used in zip(readings, devices, strict=True)]
-    return readings
-
-
 def _host_array(tensor: pb_utils.Tensor) -> Any:
     """Triton's host tensor as numpy (as_numpy(): the array the stub made when it loaded the request, no
     further copy). A device tensor (a CPU instance whose config lets the python
@@ -147,16 +103,6 @@ def _strings(tensor: pb_utils.Tensor) -> Any:
     except Exception:
         return None
     return values if values.dtype == object else None
-
-
-def _response_sender_refusal(request: pb_utils.InferenceRequest) -> Exception | None:
-    """Why this python backend gives a model that is not decoupled no response sender (before 24.06: the
-    releases that also restart a stub that dies, harness/releases.py), or None where it gives one."""
-    try:
-        request.get_response_sender()
-    except Exception as error:
-        return error
-    return None
 
 
 def _response(result: dict[str, Any] | Exception) -> pb_utils.InferenceResponse:
@@ -218,6 +164,17 @@ def _carries_bf16() -> bool:
     return True
 
 
+def _python_backend(on_numpy: bool, labels: tuple[str, str, str]) -> PythonBackend:
+    """What the executors need of pb_utils, for an instance that reads numpy (`on_numpy`) or torch, whose
+    metrics carry `labels` (model, version, instance)."""
+    return PythonBackend(
+        read=functools.partial(_read_inputs, on_numpy=on_numpy),
+        response=_response,
+        final_flag=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+        instance_metrics=functools.partial(triton_instance_metrics, pb_utils, *labels),
+    )
+
+
 class TritonPythonModel:
     @staticmethod
     def auto_complete_config(auto_complete_model_config: Any) -> Any:
@@ -258,120 +215,14 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 f"model {args['model_name']!r} ({args['model_instance_name']}) failed to load: {error}"
             ) from error
-        # parameter custom_metrics: true, false, or auto (decided at the first execute: docs/reliability.md)
-        self.metric_labels = (args["model_name"], args["model_version"], args["model_instance_name"])
-        self.metrics_decided = self.instance.options.custom_metrics is not None
-        if self.instance.options.custom_metrics:
-            self.instance.start_metrics(triton_instance_metrics(pb_utils, *self.metric_labels))
-        self.count_copies = copy_counting_enabled()  # debug mode: TRITON_ORT_COUNT_COPIES=1
-        # parameter inflight_lanes: decided at the first execute, whose requests say whether this python
-        # backend lets a model that is not decoupled answer after execute returns
-        self.inflight: bool | None = None if self.instance.options.inflight_lanes else False
+        # classic or in flight, and the custom metrics' auto: decided once (triton_ort.runtime.execute)
+        labels = (args["model_name"], args["model_version"], args["model_instance_name"])
+        backend = _python_backend(self.instance.on_numpy, labels)
+        self.execution = Execution(self.instance, backend, name=args["model_instance_name"])
 
     def execute(self, requests: list[pb_utils.InferenceRequest]) -> list[pb_utils.InferenceResponse] | None:
-        if self.inflight is None:
-            self.inflight = self._can_answer_later(requests[0])
-        if not self.metrics_decided:
-            self.metrics_decided = True
-            self._start_metrics_where_safe(requests[0])
-        if self.inflight:
-            self._queue(requests)
-            return None
-        with count_host_device_copies(self.count_copies, self.instance.device):
-            started = time.perf_counter()
-            parsed: list[dict[str, Any] | Exception] = []
-            on_numpy = self.instance.on_numpy
-            for request in requests:
-                try:
-                    parsed.append(_read_inputs(request, on_numpy))
-                except TritonOrtError as error:
-                    parsed.append(error)
-            readable = [item for item in parsed if not isinstance(item, Exception)]
-            read = time.perf_counter()
-            try:
-                results = iter(self.instance.infer(readable))
-            except Exception as error:  # not one request's fault: each readable request gets the error
-                LOGGER.exception("execute failed outside any one request")
-                failure = InferenceError(f"the batch could not be computed: {type(error).__name__}: {error}")
-                results = iter([failure] * len(readable))
-            inferred = time.perf_counter()
-            responses = [_response(item if isinstance(item, Exception) else next(results)) for item in parsed]
-            self.instance.log_execute(
-                read_inputs=round((read - started) * 1e6, 1),
-                responses=round((time.perf_counter() - inferred) * 1e6, 1),
-            )
-            return responses
-
-    def _start_metrics_where_safe(self, request: pb_utils.InferenceRequest) -> None:
-        """custom_metrics auto: the metrics, unless this python backend restarts a stub that dies (before
-        24.06, the releases without a response sender for a model that is not decoupled). There the
-        stub's metric messages made the restart crash the server nearly every time (Triton 2.41: in the
-        server's StubToParentMQMonitor, reading a metric message; docs/reliability.md)."""
-        if _response_sender_refusal(request) is not None:
-            LOGGER.warning(
-                "custom metrics are off for %s: this Triton's python backend restarts a stub that dies, and "
-                "the stub's metric messages make that restart crash the server (docs/reliability.md); "
-                "parameter custom_metrics true turns them on",
-                self.metric_labels[2],
-            )
-            return
-        self.instance.start_metrics(triton_instance_metrics(pb_utils, *self.metric_labels))
-
-    def _can_answer_later(self, request: pb_utils.InferenceRequest) -> bool:
-        """Whether requests can be answered after execute returns: the response sender of a model that is
-        not decoupled (python backend 24.06 and later; 23.12 refuses it, harness/releases.py). If not, the
-        instance runs classic on its first lane, and says so once."""
-        if (refusal := _response_sender_refusal(request)) is not None:
-            self.instance.drop_extra_lanes(
-                f"this Triton's python backend cannot answer a request after execute returns ({refusal}); "
-                "that needs Triton 24.06 (2.47) or later"
-            )
-            return False
-        self.instance.start_inflight()
-        return True
-
-    def _queue(self, requests: list[pb_utils.InferenceRequest]) -> None:
-        """Each request queued for the lanes, which answer it through its response sender. Every request is
-        read first, and its device inputs copied and waited for, before the first is queued: a lane may
-        read it at once, and nothing may raise once one is queued (the server would answer, and free, every
-        request of an execute that raised, answered by a lane or not)."""
-        received = time.perf_counter()
-        on_numpy = self.instance.on_numpy
-        readings = [_read_for_lanes(request, on_numpy) for request in requests]
-        readings = _copies_waited_for(readings)
-        batched = self.instance.plan.max_batch_size > 0
-        pending = [
-            Pending(
-                tensors,
-                functools.partial(self._send, request.get_response_sender(), received),
-                rows=request_rows(tensors) if batched and isinstance(tensors, dict) else 1,
-                cancelled=request.is_cancelled,
-            )
-            for request, tensors in zip(requests, readings, strict=True)
-        ]
-        try:
-            self.instance.submit(*pending)
-        except Exception as error:  # not expected; answered here rather than by the server
-            LOGGER.exception("requests could not be queued")
-            failure = InferenceError(f"the request could not be queued: {type(error).__name__}: {error}")
-            for item in pending:
-                if not item.answered:
-                    item.send(failure)
-
-    def _send(self, sender: Any, received: float, result: dict[str, Any] | Exception) -> None:
-        """One request's FINAL response: its answer, or its error; an answer that Triton's tensors refuse
-        becomes that error, so the client is answered whatever happens."""
-        try:
-            response = _response(result)
-        except Exception as error:
-            LOGGER.exception("an answer could not be made into Triton's response")
-            response = _response(
-                InferenceError(f"the answer could not be sent: {type(error).__name__}: {error}")
-            )
-        sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        if self.instance.metrics is not None:
-            self.instance.metrics.record_answered(time.perf_counter() - received)
+        return self.execution.execute(requests)
 
     def finalize(self) -> None:
-        self.instance.close()
-        del self.instance
+        self.execution.close()
+        del self.execution, self.instance

@@ -38,16 +38,16 @@ class WireTensor(NamedTuple):
 
 
 # A mapping name -> array, or (name, array[, datatype]) tuples (a WireTensor is one).
-Tensors = Mapping[str, Any] | Iterable[tuple[Any, ...]]
+GivenTensors = Mapping[str, Any] | Iterable[tuple[Any, ...]]
 
 
-def wire_tensors(tensors: Tensors) -> list[WireTensor]:
+def wire_tensors(tensors: GivenTensors) -> list[WireTensor]:
     if isinstance(tensors, Mapping):
         return [WireTensor(name, array) for name, array in tensors.items()]
     return [WireTensor(*tensor) for tensor in tensors]
 
 
-def infer_inputs(module: ModuleType, tensors: Tensors) -> list[Any]:
+def infer_inputs(module: ModuleType, tensors: GivenTensors) -> list[Any]:
     """The InferInputs of `module` (tritonclient.http, .grpc, or their .aio) carrying numpy in the body."""
     items = []
     for tensor in wire_tensors(tensors):
@@ -95,7 +95,7 @@ def tensor_metas(metadata: Mapping[str, Any], kind: str) -> list[TensorMeta]:
 
 
 def infer(
-    client: Any, model: str, inputs: Tensors, output_names: list[str]
+    client: Any, model: str, inputs: GivenTensors, output_names: list[str]
 ) -> tuple[dict[str, NDArray[Any]], float]:
     """One request with numpy tensors in the body; returns the outputs and the latency in seconds."""
     module = client_module(client)
@@ -125,7 +125,7 @@ def tritonclient_infer(
     protocol: str,
     url: str,
     model: str,
-    inputs: Tensors,
+    inputs: GivenTensors,
     outputs: list[str] | None = None,
     timeout_s: float = 60.0,
 ) -> Answer:

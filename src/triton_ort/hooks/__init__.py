@@ -1,2 +1,3 @@
-"""A model's Python hooks: what a hooks module declares its clients send and receive (declared.py), and the
-runner with the hooks around it (runner.py, which imports torch: only a model with hooks loads it)."""
+"""A model's Python hooks: their contract, the loaded module and what clients send and receive around it
+(module.py). The file itself (imported, and what it declares) is model/hooks_file.py's; the runtime runs the
+hooks (runtime/hooked_runner.py, which imports torch: only a model with hooks loads it)."""

@@ -8,33 +8,30 @@ relative to the version directory) that defines either or both of
 
 on dicts of torch tensors. This module is that contract: the hooks' types, the module loaded and checked
 (`Hooks.load`), and what clients send and receive around them (`ClientSpecs`, from config.pbtxt; what the
-module declares is declared.py's). The runtime runs them: runtime/hooked_runner.py.
+module declares is model/hooks_file.py's, which imports the file). The runtime runs them:
+runtime/hooked_runner.py.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import inspect
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from ..errors import ConfigError, TritonOrtError
+from ..errors import TritonOrtError
 from ..model.dtypes import from_triton_type
+from ..model.hooks_file import HookTensors, hook_functions, import_hooks_file, read_declarations
 from ..model.options import ModelOptions
 from ..model.served_config import ConfigTensor, ServedConfig
-from ..model.signature import Dim, TensorSpec
-from .declared import HookTensors, read_declarations
+from ..model.signature import Dim, Tensors, TensorSpec
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 # torch is the hooks' own import (a hooks module that imports it without torch installed fails to load,
-# naming the module): this module reads and checks hooks without importing it.
-Tensors = dict[str, "torch.Tensor"]
-"""Tensors by name: what hooks take and return."""
+# naming the module): this module reads and checks hooks without importing it. Hooks take and return
+# torch tensors by name (Tensors, model/signature.py).
 
 
 class Preprocess(Protocol):
@@ -97,7 +94,7 @@ class Hooks:
     preprocess: Preprocess | None
     postprocess: Postprocess | None
     declared: HookTensors | None = None
-    """The client tensors the module declares (INPUTS, OUTPUTS: triton_ort.hooks.declared), None without."""
+    """The client tensors the module declares (INPUTS, OUTPUTS: model/hooks_file.py), None without."""
 
     def name(self, function: str) -> str:
         """How messages name a hook: module path and function."""
@@ -105,52 +102,12 @@ class Hooks:
 
     @classmethod
     def load(cls, path: Path) -> Hooks:
-        """Import the module at `path`; ConfigError names the file and what is wrong with it."""
-        if not path.is_file():
-            raise ConfigError(
-                f"parameter 'hooks': {path} does not exist (the path is relative to the version directory)"
-            )
-        # A name of its own per file: two models' hooks.py must not replace each other in sys.modules.
-        module_name = f"triton_ort_hooks_{abs(hash(str(path.resolve())))}"
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        if spec is None or spec.loader is None:
-            raise ConfigError(
-                f"parameter 'hooks': {path} cannot be imported as a Python module (expected a .py file)"
-            )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as error:
-            del sys.modules[module_name]
-            raise ConfigError(
-                f"hooks module {path} failed to import: {type(error).__name__}: {error}"
-            ) from error
-        hooks = cls(
-            path,
-            getattr(module, "preprocess", None),
-            getattr(module, "postprocess", None),
-            read_declarations(module, path),
-        )
-        if hooks.preprocess is None and hooks.postprocess is None:
-            raise ConfigError(
-                f"hooks module {path} defines neither preprocess(inputs) nor postprocess(outputs, inputs)"
-            )
-        hooks._check_arity("preprocess", 1)
-        hooks._check_arity("postprocess", 2)
-        return hooks
-
-    def _check_arity(self, function: str, arguments: int) -> None:
-        hook = getattr(self, function)
-        if hook is None:
-            return
-        usage = "preprocess(inputs)" if arguments == 1 else "postprocess(outputs, inputs)"
-        try:
-            inspect.signature(hook).bind(*range(arguments))
-        except TypeError:
-            raise ConfigError(f"hook {self.name(function)} must be callable as {usage}") from None
-        except ValueError:  # a builtin without a signature: let the first call tell
-            pass
+        """Import the module at `path` and check it (model/hooks_file.py); ConfigError names the file and
+        what is wrong with it."""
+        module = import_hooks_file(path)
+        declared = read_declarations(module, path)
+        preprocess, postprocess = hook_functions(module, path)
+        return cls(path, preprocess, postprocess, declared)
 
 
 def load_hooks(version_dir: Path, options: ModelOptions) -> Hooks | None:

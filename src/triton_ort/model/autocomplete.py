@@ -57,6 +57,7 @@ import onnx
 from ..errors import ConfigError
 from . import input_ranges
 from .dtypes import ELEMENT_TYPES, ZIPMAP_HINT, ElementType, from_onnx_type
+from .hooks_file import hook_functions, import_hooks_file, read_declarations, undeclared_message
 from .input_ranges import format_ranges, index_ranges
 from .onnx_files import read_onnx_file
 from .options import parameters_from_model_config, parse_options
@@ -283,18 +284,16 @@ def complete_config(model_config: Mapping[str, Any], version_dir: Path) -> Compl
 
 def complete_from_hooks(model_config: Mapping[str, Any], hooks_path: Path) -> CompletedConfig:
     """A hooked model's config, completed from what its hooks module declares (INPUTS and OUTPUTS,
-    triton_ort.hooks.declared): hooks may rename, cast and reshape, so the ONNX file cannot tell what clients
+    model/hooks_file.py): hooks may rename, cast and reshape, so the ONNX file cannot tell what clients
     see. The rules are those of a model without hooks, over the declared tensors in place of the file's:
     max_batch_size and dynamic batching from their first axes, the config's own entries kept, the config's
     outputs (when it lists some) the ones served, declared optional inputs `optional: true`.
 
     Without declarations the config is served as written; one that lists no inputs and no outputs is
-    refused (ConfigError: the one line of hooks.declared.undeclared_message, which the load gives too)."""
-    from ..hooks.declared import undeclared_message
-    from ..hooks.module import Hooks
-
-    hooks = Hooks.load(hooks_path)  # imported as the load imports it
-    declared = hooks.declared
+    refused (ConfigError: the one line of hooks_file.undeclared_message, which the load gives too)."""
+    module = import_hooks_file(hooks_path)  # imported and checked as the load (hooks.module.Hooks.load) does
+    declared = read_declarations(module, hooks_path)
+    hook_functions(module, hooks_path)
     if declared is None:
         if not model_config.get("input") and not model_config.get("output"):
             raise ConfigError(undeclared_message(hooks_path))

@@ -16,17 +16,13 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from ..hooks.declared import undeclared_message
 from .dtypes import from_triton_type
+from .hooks_file import HookedModel, undeclared_message
 from .options import ModelOptions, parse_options
 from .served_config import ServedConfig
 from .signature import TensorSpec, check_config, one_value_per_request, shape_text
-
-if TYPE_CHECKING:
-    from ..hooks.module import Hooks
 
 LOGGER = logging.getLogger(__name__)
 
@@ -103,7 +99,7 @@ def check_tensors(
     config: ServedConfig,
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
-    hooks: Hooks | None,
+    hooks: HookedModel | None,
     overridable: Sequence[TensorSpec] = (),
 ) -> tuple[str, ...]:
     """config.pbtxt against the ONNX file's inputs and outputs (signature.check_config; `overridable`:
@@ -122,7 +118,7 @@ def check_tensors(
 
 
 def _refuse_strings_around_hooks(
-    config: ServedConfig, hooks: Hooks, model_tensors: Sequence[TensorSpec]
+    config: ServedConfig, hooks: HookedModel, model_tensors: Sequence[TensorSpec]
 ) -> None:
     """Hooks take and return torch tensors: a model with string tensors (the model's or the client's, which
     are config.pbtxt's) cannot have them."""
@@ -139,7 +135,7 @@ def _refuse_strings_around_hooks(
 
 def _check_config_around_hooks(
     config: ServedConfig,
-    hooks: Hooks,
+    hooks: HookedModel,
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
 ) -> None:

@@ -92,10 +92,10 @@ class ModelOptions:
     their response senders while execute() only queues them. 0 (or 1 on an earlier release): the classic
     execute, which answers its requests before it returns."""
     custom_metrics: bool | None = None
-    """The instance's own Prometheus metrics (metrics.py, docs/metrics.md). Off, the stub sends the server
-    no metric message: on Triton 2.41, whose python backend restarts a stub that dies, those messages make
-    the server crash in that restart nearly every time (docs/reliability.md). None (`auto`): on where the
-    python backend restarts no stub (2.47 and later, found at the first execute), off before."""
+    """The instance's own Prometheus metrics (runtime/metrics.py, docs/metrics.md). Off, the stub sends the
+    server no metric message: on Triton 2.41, whose python backend restarts a stub that dies, those messages
+    make the server crash in that restart nearly every time (docs/reliability.md). None (`auto`): on where
+    the python backend restarts no stub (2.47 and later, found at the first execute), off before."""
     warmup: tuple[int, ...] = (1,)
     """Batch sizes run once each at load, before the model reports ready (zeros; other variable axes 1),
     so the first requests do not pay for cuBLAS/cuDNN initialisation (about 100 ms on a GPU) or for ORT's

@@ -5,8 +5,8 @@ request the answer it would get alone only when the graph computes every row on 
 computes over the batch axis does not: a model quantized with onnxruntime.quantization.quantize_dynamic
 computes one quantization scale over the whole input (DynamicQuantizeLinear reduces over every element), so
 a request's answer would change with the requests beside it (measured: 6 of 20 concurrent requests differed
-from the same request alone by up to 1.5e-2). The model plan (runtime/plan.py) runs the requests of such a
-graph one per ORT run unless the `gather_requests` parameter says otherwise.
+from the same request alone by up to 1.5e-2). The model plan (runtime/model_plan.py) runs the requests of
+such a graph one per ORT run unless the `gather_requests` parameter says otherwise.
 
 The rule, kept simple and on the safe side (docs/configuration.md, `gather_requests`):
 - Op types that always compute over the whole tensor mix rows: DynamicQuantizeLinear, ORT's fused

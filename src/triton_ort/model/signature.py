@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -14,6 +14,11 @@ if TYPE_CHECKING:
 from .sequence import ControlInput, check_sequence_batching
 
 Dim = int | str | None  # a static size, a symbolic axis name, or unknown
+
+Tensors = Mapping[str, Any]
+"""Tensors by name: a request's inputs, a run's outputs, what hooks take and return (torch tensors; numpy
+arrays on a CPU instance without hooks, runtime/arrays.py; strings as numpy arrays of bytes). The one such
+alias: the runtime, the hooks' contract and the package's `triton_ort.Tensors` all name this one."""
 
 
 class NodeArgLike(Protocol):

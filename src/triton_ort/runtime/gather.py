@@ -23,20 +23,20 @@ client's (`InputError`), a device short of memory for now is `Unavailable`, anyt
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import InferenceError, InputError
+from ..model.signature import Tensors
 from .ort_errors import classify_failure, device_memory_bytes
 from .session import Placement
 
 LOGGER = logging.getLogger(__name__)
 
-Tensors = Mapping[str, Any]
-"""A request's tensors: torch tensors or numpy arrays (arrays.py); strings as numpy arrays."""
 Result = dict[str, Any] | Exception
+"""A request's answer (its outputs by name) or its error."""
 
 
 class BatchRunner(Protocol):
@@ -87,6 +87,14 @@ def _group_key(tensors: Tensors, shared: frozenset[str]) -> tuple[object, ...] |
         rows = shape[0]
         key.append((name, tensor.dtype, shape[1:]))  # torch.Size is a tuple: hashable as it is
     return tuple(key) if rows is not None else None
+
+
+def request_rows(tensors: Tensors) -> int:
+    """A request's batch rows: the first axis of its first input (0 for scalars or no inputs); what the
+    metrics count and the in-flight scheduler fills a run with (where Triton batches)."""
+    for tensor in tensors.values():
+        return int(tensor.shape[0]) if len(tensor.shape) > 0 else 0  # torch, or numpy for strings
+    return 0
 
 
 def run_one(runner: BatchRunner, tensors: Tensors) -> Result:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import onnxruntime as ort
 
 from ..model.signature import OnnxSignature
-from .run_plans import RowViews, RunPlan, plan_output_shape
+from .run_plan import RowViews, RunPlan, plan_output_shape
 from .session import Placement, cuda_graphs_enabled
 from .tensor_checks import Signature
 

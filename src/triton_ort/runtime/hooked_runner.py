@@ -19,10 +19,11 @@ from typing import Any
 import torch
 
 from ..errors import InputError
-from ..hooks.module import ClientSpecs, HookError, Hooks, Tensors
+from ..hooks.module import ClientSpecs, HookError, Hooks
+from ..model.signature import Tensors
 from .arrays import concatenate
 from .output_placement import OutputPlacement, copy_to_host
-from .run_plans import BoundedSet
+from .run_plan import BoundedSet
 from .runner import IOBindingRunner
 from .tensor_checks import Signature, check_against_specs, served_outputs, signature_of
 

@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import Cancelled, InferenceError
-from .gather import Result, Tensors
+from ..model.signature import Tensors
+from .gather import Result
 
 LOGGER = logging.getLogger(__name__)
 

@@ -1,8 +1,9 @@
-"""One served model instance, everything model.py needs, and nothing that imports Triton.
+"""One served model instance: what its executors (execute.py) run on, and nothing that imports Triton.
 
 An instance is a device, a CUDA stream, an ORT session and a runner, built from the model plan
-(plan.py), with one lane (lane.py) that Triton's execute() runs on; warm-up and the custom metrics
-are small steps of its load and of each execute.
+(model_plan.py), with its lanes (lane.py): the first is the classic execute's, the others (parameter
+inflight_lanes) the in-flight executor's; warm-up and the custom metrics are small steps of its load and of
+each run.
 
 torch is imported only by an instance that runs on it (a GPU instance, or hooks): a CPU instance that the
 python backend asks to run on numpy (`numpy_on_cpu`) never imports it (arrays.py).
@@ -20,17 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, ProviderError
 from ..hooks.module import load_hooks
-from ..metrics import InstanceMetrics, request_rows
 from ..model.load_checks import bf16_tensors, check_python_backend_types, checked_options
 from ..model.options import ModelOptions
 from ..model.served_config import ServedConfig
 from .arrays import ON_TORCH_ON_CPU, NumpyArrays, require_torch
 from .cuda_context import lower_stack_limit
-from .gather import Result
+from .gather import Result, request_rows
 from .graph_buckets import graphs_on
-from .inflight import InflightScheduler, Pending
 from .lane import Lane, zeros_request
-from .plan import ModelPlan
+from .metrics import InstanceMetrics
+from .model_plan import ModelPlan
 from .session import (
     Placement,
     SharedWeights,
@@ -139,7 +139,6 @@ class ModelInstance:
         self.lane = self.lanes[0]
         self.runner = self.lane.runner
         self.batch_runner = self.lane.batch_runner
-        self.scheduler: InflightScheduler | None = None  # start_inflight(), where the server allows it
         self.last_execute: ExecuteStats | None = None  # kept only while DEBUG logging is on
         self.metrics: InstanceMetrics | None = None  # warm-up runs are not the clients' executes
         for index in range(len(self.lanes)):
@@ -164,29 +163,19 @@ class ModelInstance:
         """Whether requests and answers are numpy arrays (numpy_on_cpu), not torch tensors."""
         return isinstance(self.runner.arrays, NumpyArrays)
 
-    def start_metrics(self, metrics: InstanceMetrics | None) -> None:
-        """Count into `metrics` from now on (the constructor's, or model.py's once the options are read);
-        warm-up runs are not counted."""
+    def start_metrics(
+        self, metrics: InstanceMetrics | None, in_flight: Callable[[], int] | None = None
+    ) -> None:
+        """Count into `metrics` from now on (the constructor's, or the execution's once the options are
+        read: execute.py); warm-up runs are not counted. `in_flight`: the requests in flight now, for the
+        in-flight gauge (an instance with lanes)."""
         self.metrics = _started_metrics(
-            metrics,
-            self.lanes,
-            cpu_fallback=self._cpu_fallback,
-            in_flight=self._in_flight if self.options.inflight_lanes else None,
+            metrics, self.lanes, cpu_fallback=self._cpu_fallback, in_flight=in_flight
         )
 
-    def start_inflight(self) -> None:
-        """Keep requests in flight on every lane from now on (`submit`); the server's release has the
-        response sender for this model (model.py asks it)."""
-        if self.scheduler is not None:
-            return
-        self.scheduler = InflightScheduler(self.infer, len(self.lanes), self.plan.max_batch_size)
-        LOGGER.info("keeping requests in flight on %d lanes", len(self.lanes))
-
-    def _in_flight(self) -> int:
-        return self.scheduler.in_flight if self.scheduler is not None else 0
-
     def drop_extra_lanes(self, why: str) -> None:
-        """The classic execute from here on: the lanes beyond the first go, with their sessions."""
+        """The classic execute from here on (execute.py decides): the lanes beyond the first go, with their
+        sessions."""
         if len(self.lanes) > 1:
             LOGGER.warning(
                 "inflight_lanes %d: %s; this instance answers in the classic execute, and its %d extra "
@@ -196,11 +185,6 @@ class ModelInstance:
                 len(self.lanes) - 1,
             )
             del self.lanes[1:]
-
-    def submit(self, *pending: Pending) -> None:
-        """Queue requests for the lanes (after start_inflight), an execute's together."""
-        assert self.scheduler is not None
-        self.scheduler.submit(*pending)
 
     def _warm_up(self, batch_sizes: Sequence[int], lane: int = 0) -> None:
         """One run per batch size, in initialize: Triton reports the model ready only after it. The zeros
@@ -270,10 +254,8 @@ class ModelInstance:
         return [result if isinstance(result, Exception) else served(result) for result in results]
 
     def close(self) -> None:
-        """At unload: answer what is still in flight, stop the metrics sender and send the counts still
-        waiting for it."""
-        if self.scheduler is not None:
-            self.scheduler.close()
+        """At unload (after the executor has answered what it held, execute.py): stop the metrics sender
+        and send the counts still waiting for it."""
         if self.metrics is not None:
             try:
                 self.metrics.close()

@@ -26,7 +26,7 @@ from ..errors import InferenceError, InputError
 from ..model.signature import Dim, TensorSpec
 from .arrays import Arrays
 from .gather import BatchRunner, Result, run_requests
-from .plan import ModelPlan
+from .model_plan import ModelPlan
 from .runner import IOBindingRunner
 from .session import Placement
 

@@ -4,7 +4,7 @@ The runner binds torch tensors (a GPU instance, or hooks) or numpy arrays (a CPU
 stub), through its `Arrays` (arrays.py); nothing below depends on which.
 
 Everything that depends only on a request's input signature (names, dtypes, shapes) is worked out once, in
-a `RunPlan` (run_plans.py, made here, cached and lent by plan_cache.py): the output buffers and their
+a `RunPlan` (run_plan.py, made here, cached and lent by run_plan_cache.py): the output buffers and their
 bindings, where the outputs go (output_placement.py), pinned host buffers for outputs handed back on the
 host, and a CUDA graph id (graph_buckets.py). A run reads top to bottom: stage the inputs on the device ORT
 computes on, take the signature's plan, bind, run, and place the outputs: no allocation, no rebinding of
@@ -34,12 +34,11 @@ from typing import Any
 import onnxruntime as ort
 
 from ..model.dtypes import from_onnx_type
-from ..model.signature import TensorSpec, one_value_per_request
+from ..model.signature import Tensors, TensorSpec, one_value_per_request
 from .arrays import Arrays, NumpyArrays, TorchArrays, concatenate
 from .graph_buckets import copy_into_graph, graphs_on
 from .output_placement import OutputPlacement, copy_to_host
-from .plan_cache import PlanCache
-from .run_plans import (
+from .run_plan import (
     BoundedSet,
     RunPlan,
     arena_run_options,
@@ -48,15 +47,13 @@ from .run_plans import (
     outputs_follow_batch,
     plan_output_shape,
 )
+from .run_plan_cache import RunPlanCache
 from .session import Placement, reads_inputs_on_host, session_placement, session_signature
 from .stats import RunnerStats
 from .string_runner import run_with_strings
 from .tensor_checks import Signature, check_against_specs, check_shared_axes, signature_of
 
 LOGGER = logging.getLogger(__name__)
-
-Tensors = Mapping[str, Any]
-"""A request's tensors: the runner's arrays (torch tensors or numpy arrays), strings as numpy arrays."""
 
 
 class IOBindingRunner:
@@ -89,7 +86,7 @@ class IOBindingRunner:
         )
         self.device = self.arrays.device
         self.signature = signature = session_signature(session)
-        """The session's tensors: what the model plan is built from (plan.py)."""
+        """The session's tensors: what the model plan is built from (model_plan.py)."""
         self.inputs = signature.inputs  # every run needs them
         self.overridable = signature.overridable
         """The inputs a run may give (initializers that are also graph inputs: the file holds a default)."""
@@ -111,7 +108,7 @@ class IOBindingRunner:
         graphs = graphs_on(cuda_graph, self.placement, session, signature)
         if graphs:
             self._shrink_options = None  # a captured graph keeps its memory; nothing to shrink
-        self.plans = PlanCache(self._new_plan, self._output_shapes, self.shared_inputs, graphs)
+        self.plans = RunPlanCache(self._new_plan, self._output_shapes, self.shared_inputs, graphs)
         self.inputs_read_on_host = self.placement.is_cuda and reads_inputs_on_host(session)
         # An empty tensor's data_ptr may be 0, which ORT rejects; bind this instead (never read: 0 elements).
         self._placeholder = self.arrays.empty((8,), from_onnx_type("tensor(uint8)", "placeholder"))
@@ -142,7 +139,7 @@ class IOBindingRunner:
 
     def reclaim_outputs(self) -> None:
         """Declare that the outputs lent out so far have been consumed, so the plans' buffers may be written
-        again: a new lending round (run_plans.py). Triton's python backend copies a response's outputs
+        again: a new lending round (run_plan.py). Triton's python backend copies a response's outputs
         before it sends the instance its next execute(), so lane.Lane.queue calls this at the start of
         each one. A caller that never calls it gets every answer in buffers of its own."""
         self.plans.reclaim()
@@ -237,7 +234,7 @@ class IOBindingRunner:
         return answer
 
     def _new_plan(self, tensors: Tensors, graph_id: int | None, ort_sized: frozenset[str]) -> RunPlan:
-        """The plan of tensors like these (PlanCache.plan_for decides when): output buffers bound once,
+        """The plan of tensors like these (RunPlanCache.plan_for decides when): output buffers bound once,
         pinned host copies where the placement says so, and a CUDA graph's fixed input buffers."""
         binding = self.session.io_binding()
         shapes = {

@@ -34,7 +34,7 @@ from ..model.signature import OnnxSignature, TensorSpec, one_value_per_request
 from .gather import BatchRunner
 from .graph_buckets import padded_rows
 from .output_placement import OutputPlacement
-from .run_plans import outputs_follow_batch
+from .run_plan import outputs_follow_batch
 from .tensor_checks import served_outputs
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class ModelPlan:
     output_names: tuple[str, ...]
     """The outputs an answer holds, in config.pbtxt's order."""
     runner_outputs_follow_batch: bool
-    """Every ONNX output's first axis is the batch axis (run_plans.outputs_follow_batch)."""
+    """Every ONNX output's first axis is the batch axis (run_plan.outputs_follow_batch)."""
     outputs_follow_batch: bool
     """The same for what gathering splits: the ONNX outputs, or with hooks config.pbtxt's (batched)."""
     gathers: bool

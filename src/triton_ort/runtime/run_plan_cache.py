@@ -1,4 +1,4 @@
-"""A runner's run plans (run_plans.py), one per input signature: made on a signature's first run, kept
+"""A runner's run plans (run_plan.py), one per input signature: made on a signature's first run, kept
 (least recently used out past PLAN_CACHE_SIZE), and lent out in rounds; on a CUDA session with graphs, a
 CUDA graph per signature, or per bucket of batch sizes where batches are padded (graph_buckets.py), within
 MAX_CUDA_GRAPHS ids; and the signatures whose outputs ORT sizes itself.
@@ -15,21 +15,20 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..model.signature import Tensors
 from .graph_buckets import MAX_CUDA_GRAPHS, batch_bucket, graph_bucket, signature_at
 from .ort_errors import mismatched_outputs
-from .run_plans import PLAN_CACHE_SIZE, SIGNATURES_KEPT, OutputDim, RunPlan
+from .run_plan import PLAN_CACHE_SIZE, SIGNATURES_KEPT, OutputDim, RunPlan
 from .tensor_checks import Signature, signature_of
 
 LOGGER = logging.getLogger(__name__)
-
-Tensors = Mapping[str, Any]
 
 NewPlan = Callable[[Tensors, "int | None", frozenset[str]], RunPlan]
 """Makes the plan of tensors like these: with a CUDA graph id (None: no graph; ORT reserves 0), and the
 outputs ORT allocates itself at each run."""
 
 
-class PlanCache:
+class RunPlanCache:
     """The plans of one runner (not thread-safe, as the runner is not)."""
 
     def __init__(
@@ -69,7 +68,7 @@ class PlanCache:
         return True
 
     def reclaim(self) -> None:
-        """The answers lent so far have been consumed: a new lending round (run_plans.py)."""
+        """The answers lent so far have been consumed: a new lending round (run_plan.py)."""
         self.lending_round += 1
 
     def lend(self, plan: RunPlan) -> None:

@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .runtime.stats import RunnerStats, total_stats
+from .stats import RunnerStats, total_stats
 
 LOGGER = logging.getLogger(__name__)
 
@@ -378,10 +378,3 @@ def triton_instance_metrics(pb_utils: Any, model: str, version: str, instance: s
     except Exception as error:  # the stub raises its own exception types
         LOGGER.warning("custom metrics are off for %s (%s): %s", instance, model, error)
         return None
-
-
-def request_rows(tensors: Mapping[str, Any]) -> int:
-    """A request's batch rows: the first axis of its first input (0 for scalars or no inputs)."""
-    for tensor in tensors.values():
-        return int(tensor.shape[0]) if len(tensor.shape) > 0 else 0  # torch, or numpy for strings
-    return 0

@@ -1,4 +1,8 @@
-"""What a hooks module declares about the tensors its clients send and receive.
+"""A model's hooks module as a file: imported and checked once (`import_hooks_file`, `hook_functions`), and
+what it declares about the tensors its clients send and receive (`read_declarations`).
+
+Here, below hooks/, because auto-complete and the load's checks (this package) read the file too: the
+hooks' contract and what the runtime needs of them are hooks/module.py's, which builds on this.
 
 A hook may rename, cast and reshape, so the ONNX file cannot tell what clients see. The hooks module says it
 once, at module level, and auto-complete (the server's and `triton-ort config`'s) fills config.pbtxt from it:
@@ -20,15 +24,18 @@ This module imports neither torch nor ONNX Runtime.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import ConfigError
-from ..model.dtypes import from_triton_type
-from ..model.signature import Dim, TensorSpec
+from .dtypes import from_triton_type
+from .signature import Dim, TensorSpec
 
 DECLARATION_HINT = (
     "INPUTS = {'raw': ('UINT8', [-1, 2010])} and OUTPUTS = {'scores': ('FP32', [-1, 2])} "
@@ -128,3 +135,68 @@ def undeclared_message(path: Path, missing: str = "inputs and outputs") -> str:
         f"clients could call nothing: declare them in {path}, e.g. {DECLARATION_HINT}, or write input and "
         "output entries in config.pbtxt"
     )
+
+
+class HookedModel(Protocol):
+    """What the load's checks read of a model's hooks (hooks.module.Hooks is one)."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def preprocess(self) -> object | None: ...
+
+    @property
+    def postprocess(self) -> object | None: ...
+
+    @property
+    def declared(self) -> HookTensors | None: ...
+
+
+def import_hooks_file(path: Path) -> ModuleType:
+    """Import the module at `path`; ConfigError names the file and what is wrong with it."""
+    if not path.is_file():
+        raise ConfigError(
+            f"parameter 'hooks': {path} does not exist (the path is relative to the version directory)"
+        )
+    # A name of its own per file: two models' hooks.py must not replace each other in sys.modules.
+    module_name = f"triton_ort_hooks_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(
+            f"parameter 'hooks': {path} cannot be imported as a Python module (expected a .py file)"
+        )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        del sys.modules[module_name]
+        raise ConfigError(f"hooks module {path} failed to import: {type(error).__name__}: {error}") from error
+    return module
+
+
+def hook_functions(module: ModuleType, path: Path) -> tuple[Any, Any]:
+    """The module's preprocess and postprocess (None where it lacks one); ConfigError where it defines
+    neither, or one that cannot be called with its arguments."""
+    functions = getattr(module, "preprocess", None), getattr(module, "postprocess", None)
+    if functions == (None, None):
+        raise ConfigError(
+            f"hooks module {path} defines neither preprocess(inputs) nor postprocess(outputs, inputs)"
+        )
+    for hook, name, usage in zip(functions, ("preprocess", "postprocess"), _USAGES, strict=True):
+        if hook is not None:
+            _check_arity(hook, f"{path}:{name}", usage)
+    return functions
+
+
+_USAGES = ("preprocess(inputs)", "postprocess(outputs, inputs)")
+
+
+def _check_arity(hook: Callable[..., Any], name: str, usage: str) -> None:
+    try:
+        inspect.signature(hook).bind(*range(usage.count(",") + 1))
+    except TypeError:
+        raise ConfigError(f"hook {name} must be callable as {usage}") from None
+    except ValueError:  # a builtin without a signature: let the first call tell
+        pass
