@@ -110,7 +110,7 @@ bench: $(VENV_STAMP) ## benchmark ours against the floor, naive and PyTriton anc
 	$(PYTHON) -m client.bench_plot results/bench-$(BENCH_NAME).json results/bench-$(BENCH_NAME).png
 
 .PHONY: bench-pipelines
-bench-pipelines: $(VENV_STAMP) ## three pipelines served four ways: hooked, ensemble, BLS, naive (docs/pipelines.md)
+bench-pipelines: $(VENV_STAMP) ## four pipelines served four ways: hooked, ensemble, BLS, naive (docs/pipelines.md)
 	$(PYTHON) -m client.bench_pipelines --out results/pipelines-$(BENCH_NAME).json
 
 .PHONY: bench-hooks

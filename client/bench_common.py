@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.metadata
+import itertools
 import json
 import os
 import platform
@@ -21,7 +22,7 @@ import numpy as np
 import psutil
 import tritonclient.grpc as grpcclient
 
-from client.load import Workload, load_in_processes, request_workers
+from client.load import Worker, Workload, load_in_processes, request_workers
 from triton_ort.harness.processes import MIB, MemorySnapshot, gpu_memory_by_pid, stub_processes
 from triton_ort.harness.reference import compare
 from triton_ort.harness.server import NGC_BACKEND_DIRECTORY
@@ -53,19 +54,22 @@ def aligned(
 def sync_load(
     client: grpcclient.InferenceServerClient,
     model: str,
-    worker: tuple[list[Any], list[Any]],
+    worker: Worker,
     args: argparse.Namespace,
 ) -> tuple[list[float], float]:
-    """One synchronous client: args.warmup seconds unmeasured, then requests for args.duration seconds
-    (at least args.min_requests); (each request's latency in s, the measured wall time in s)."""
-    inputs, outputs = worker
+    """One synchronous client sending the worker's requests in turn: args.warmup seconds unmeasured, then
+    requests for args.duration seconds (at least args.min_requests); (each request's latency in s, the
+    measured wall time in s)."""
+    turns = itertools.cycle(worker)
     warm_until = time.perf_counter() + args.warmup
     while time.perf_counter() < warm_until:
+        inputs, outputs = next(turns)
         client.infer(model, inputs, outputs=outputs)
     latencies: list[float] = []
     started = time.perf_counter()
     stop_at = started + args.duration
     while time.perf_counter() < stop_at or len(latencies) < args.min_requests:
+        inputs, outputs = next(turns)
         t0 = time.perf_counter()
         client.infer(model, inputs, outputs=outputs)
         latencies.append(time.perf_counter() - t0)
@@ -81,14 +85,17 @@ def close_to_reference(answer: dict[str, Any], reference: dict[str, Any]) -> lis
 
 
 def check_answer(
-    served: str, work: Workload, ask: Callable[[], dict[str, Any]], agree: Agreement = close_to_reference
+    served: str, work: Workload, ask: Callable[..., dict[str, Any]], agree: Agreement = close_to_reference
 ) -> None:
-    """One request's answer against ORT on the CPU before anything is timed (null models answer zeros:
-    sent, not checked); a wrong one ends the benchmark."""
-    if "_null_" in served:
-        ask()
-    elif problems := agree(ask(), work.reference):
-        raise SystemExit(f"{served}: WRONG ANSWER: {problems}")
+    """Each of the workload's requests answered once and checked against its reference (ORT on the CPU)
+    before anything is timed (null models answer zeros: sent, not checked); a wrong one ends the
+    benchmark."""
+    for k, request in enumerate(work.requests):
+        if "_null_" in served:
+            ask(k)
+        elif problems := agree(ask(k), request.reference):
+            what = f" (request {k} of {len(work.requests)})" if work.others else ""
+            raise SystemExit(f"{served}: WRONG ANSWER{what}: {problems}")
 
 
 def measure_point(

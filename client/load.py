@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import pickle
 import subprocess
 import sys
@@ -31,13 +32,21 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass
 class Workload:
-    """One model's request: its inputs, the expected answer, and the output layout for shared memory."""
+    """One model's request: its inputs, the expected answer, and the output layout for shared memory;
+    and, in `others`, more requests of the same model (images of other sizes) that the load cycles
+    through with it, each with its own inputs, answer and layout."""
 
     onnx_path: Path
     batch: int
     inputs: dict[str, NDArray[Any]]
     reference: dict[str, NDArray[Any]]
     layout: dict[str, tuple[np.dtype[Any], tuple[int, ...]]]
+    others: tuple[Workload, ...] = ()
+
+    @property
+    def requests(self) -> tuple[Workload, ...]:
+        """Every request the load sends, in the order each worker cycles through them."""
+        return (self, *self.others)
 
     @property
     def output_bytes(self) -> int:
@@ -56,53 +65,64 @@ class Workload:
         return cls(onnx_path, batch, inputs, reference_outputs(onnx_path, inputs), layout)
 
 
-def _numpy_workers(inputs: dict[str, NDArray[Any]], outputs: list[str], concurrency: int) -> list[Any]:
-    return [
-        (infer_inputs(grpcclient, inputs), [grpcclient.InferRequestedOutput(n) for n in outputs])
-        for _ in range(concurrency)
-    ]
+Worker = list[tuple[list[Any], list[Any]]]
+"""One closed-loop client's requests, (inputs, requested outputs) each, which it sends in turn."""
 
 
 @contextlib.contextmanager
 def request_workers(
     client: grpcclient.InferenceServerClient, model: str, transport: str, work: Workload, concurrency: int
-) -> Iterator[tuple[list[Any], Callable[[], dict[str, NDArray[Any]]]]]:
-    """`concurrency` sets of request tensors (each with its own CUDA-shm regions), and a function that
-    sends the first set once and returns the answer."""
+) -> Iterator[tuple[list[Worker], Callable[..., dict[str, NDArray[Any]]]]]:
+    """`concurrency` workers, each with its own request tensors for every request of the workload (and
+    its own CUDA-shm regions), and a function that sends request k (default 0) of the first worker once
+    and returns the answer."""
     with contextlib.ExitStack() as stack:
         if transport == "cuda-shm":
             from triton_ort.cli.cuda_shm import CudaShmIO
 
             regions = [
-                stack.enter_context(CudaShmIO(client, model, work.inputs, work.layout))
+                [stack.enter_context(CudaShmIO(client, model, w.inputs, w.layout)) for w in work.requests]
                 for _ in range(concurrency)
             ]
 
-            def ask() -> dict[str, NDArray[Any]]:
-                regions[0].infer()
-                return regions[0].read_outputs()
+            def ask(k: int = 0) -> dict[str, NDArray[Any]]:
+                regions[0][k].infer()
+                return regions[0][k].read_outputs()
 
-            yield [(r.infer_inputs, r.requested_outputs) for r in regions], ask
+            yield [[(r.infer_inputs, r.requested_outputs) for r in worker] for worker in regions], ask
         else:
-            workers = _numpy_workers(work.inputs, list(work.layout), concurrency)
+            workers = [
+                [
+                    (
+                        infer_inputs(grpcclient, w.inputs),
+                        [grpcclient.InferRequestedOutput(n) for n in w.layout],
+                    )
+                    for w in work.requests
+                ]
+                for _ in range(concurrency)
+            ]
 
-            def ask() -> dict[str, NDArray[Any]]:
-                result = client.infer(model, workers[0][0], outputs=workers[0][1])
-                return {name: result.as_numpy(name) for name in work.layout}
+            def ask(k: int = 0) -> dict[str, NDArray[Any]]:
+                inputs, outputs = workers[0][k]
+                result = client.infer(model, inputs, outputs=outputs)
+                return {name: result.as_numpy(name) for name in work.requests[k].layout}
 
             yield workers, ask
 
 
 async def closed_loop(
-    url: str, model: str, workers: list[tuple[list[Any], list[Any]]], warmup_s: float, duration_s: float
+    url: str, model: str, workers: list[Worker], warmup_s: float, duration_s: float
 ) -> tuple[list[float], float]:
-    """Closed-loop load: one task per worker, each with its own request tensors."""
+    """Closed-loop load: one task per worker, each with its own request tensors, which it sends in turn
+    (worker i starting at its request i, so that the requests in flight mix)."""
     client = grpcaio.InferenceServerClient(url)
     latencies: list[float] = []
     measuring = False
+    turns = [itertools.islice(itertools.cycle(w), i % len(w), None) for i, w in enumerate(workers)]
 
-    async def worker(inputs: list[Any], outputs: list[Any], stop_at: float) -> None:
+    async def worker(requests: Iterator[tuple[list[Any], list[Any]]], stop_at: float) -> None:
         while time.perf_counter() < stop_at:
+            inputs, outputs = next(requests)
             t0 = time.perf_counter()
             await client.infer(model, inputs, outputs=outputs)
             if measuring:
@@ -110,10 +130,10 @@ async def closed_loop(
 
     try:
         warm_until = time.perf_counter() + warmup_s
-        await asyncio.gather(*(worker(i, o, warm_until) for i, o in workers))
+        await asyncio.gather(*(worker(t, warm_until) for t in turns))
         measuring = True
         started = time.perf_counter()
-        await asyncio.gather(*(worker(i, o, started + duration_s) for i, o in workers))
+        await asyncio.gather(*(worker(t, started + duration_s) for t in turns))
         return latencies, time.perf_counter() - started
     finally:
         await client.close()

@@ -1,24 +1,34 @@
-"""Three pipelines people build around an ONNX model, each written into a repository the four ways it can
+"""Four pipelines people build around an ONNX model, each written into a repository the four ways it can
 be served (client/bench_pipelines.py measures them):
 
-  embeddings     a BERT-shaped encoder -> mean pooling over the attention mask -> L2 normalisation
-  classify_topk  a small CNN classifier -> softmax -> top-5 classes
-  detect_nms     a detector head (anchor boxes and scores) -> score threshold -> NMS, 20 boxes at most
+  embeddings       a BERT-shaped encoder -> mean pooling over the attention mask -> L2 normalisation
+  classify_topk    a small CNN classifier -> softmax -> top-5 classes
+  detect_nms       a detector head (anchor boxes and scores) -> score threshold -> NMS, 20 boxes at most
+  classify_images  uint8 images, one size per request, sizes varying between requests -> resize to 64x64
+                   and normalise (a pre-processing hook) -> classify_topk's CNN -> softmax -> top-5
 
 and for a pipeline P, in one repository:
 
-  P_hooked    our backend with the post-processing as hooks.py: one model, one hop (docs/hooks.md)
-  P_ensemble  Triton's ensemble: P_onnx (our backend, outputs left on the device) -> P_post (a python
+  P_hooked    our backend with the pre- and post-processing as hooks.py: one model, one hop (docs/hooks.md)
+  P_ensemble  Triton's ensemble: [P_pre (a python model running hooks.py's preprocess in torch), where the
+              pipeline has one ->] P_onnx (our backend, outputs left on the device) -> P_post (a python
               model running the same hooks.py postprocess in torch)
-  P_bls       a python model that calls P_onnx through BLS (async, one call per request) and post-processes
-              (the same model.py as P_post, with parameter downstream_model)
-  P_naive     the tutorial model.py: as_numpy -> session.run -> the post-processing in numpy
+  P_bls       a python model that preprocesses (where the pipeline does), calls P_onnx through BLS (async,
+              one call per request) and post-processes (the same model.py as P_pre and P_post, with
+              parameter downstream_model)
+  P_naive     the tutorial model.py: as_numpy -> [the pre-processing in numpy ->] session.run -> the
+              post-processing in numpy
   P_ensemble_native, with native=True: the ensemble with P_onnx_native, Triton's own onnxruntime backend
 
-The post-processing is written once in torch (examples/pipelines/P/hooks.py: the hooked model, the
-ensemble's step and the BLS model run the same function) and once in numpy (numpy_post.py: the naive model,
-and the reference every answer is checked against). The ONNX files come from torch modules with fixed
-seeds; like the other benchmark models they are build outputs, not committed.
+The pre- and post-processing are written once in torch (examples/pipelines/P/hooks.py: the hooked model,
+the ensemble's steps and the BLS model run the same functions) and once in numpy (numpy_post.py: the naive
+model, and the reference every answer is checked against). The ONNX files come from torch modules with
+fixed seeds; like the other benchmark models they are build outputs, not committed.
+
+Client inputs with an open axis besides the batch's (classify_images' pixels: (N, H, W, 3)) are declared
+with allow_ragged_batch in every python model that takes them, so that Triton's dynamic batcher hands one
+execute requests of several sizes (without it, it batches only requests of equal shapes); the ONNX
+models (ours and the native one) get 64x64 images from the pre-processing and batch as before.
 """
 
 from __future__ import annotations
@@ -151,8 +161,12 @@ class Pipeline:
     post_reads: tuple[str, ...]
     """Client inputs postprocess reads besides the model's outputs (the ensemble maps them to its step)."""
     make_inputs: Callable[[int, np.random.Generator], Arrays]
+    """A request of that many rows, as the client sends it."""
     agree: Callable[[Arrays, Arrays], list[str]]
     """Problems of an answer against the reference ([] when it agrees)."""
+    requests: int = 1
+    """Different requests in a workload (make_inputs with seeds 0, 1, ...), which the load cycles through:
+    classify_images' images of several sizes."""
 
     @property
     def folder(self) -> Path:
@@ -164,33 +178,53 @@ class Pipeline:
     def numpy_post(self) -> ModuleType:
         return _load(self.folder / "numpy_post.py", f"{self.name}_numpy_post")
 
+    @property
+    def preprocesses(self) -> bool:
+        """Whether the pipeline has a pre-processing step (hooks.py and numpy_post.py define preprocess)."""
+        return hasattr(self.hooks(), "preprocess")
+
+    def model_inputs(self, batch: int, rng: np.random.Generator) -> Arrays:
+        """The ONNX model's inputs for a request of `batch` rows: the client's, pre-processed in numpy where
+        the pipeline pre-processes."""
+        inputs = self.make_inputs(batch, rng)
+        numpy_post = self.numpy_post()
+        return numpy_post.preprocess(inputs) if hasattr(numpy_post, "preprocess") else inputs
+
     def models(self, native: bool = False) -> dict[str, list[str]]:
         """Each way of serving it -> the models (of the repository) its requests go through."""
+        pre = [f"{self.name}_pre"] if self.preprocesses else []
         ways = {
             "hooked": [f"{self.name}_hooked"],
-            "ensemble": [f"{self.name}_ensemble", f"{self.name}_onnx", f"{self.name}_post"],
+            "ensemble": [f"{self.name}_ensemble", *pre, f"{self.name}_onnx", f"{self.name}_post"],
             "bls": [f"{self.name}_bls", f"{self.name}_onnx"],
             "naive": [f"{self.name}_naive"],
         }
         if native:
             ways[NATIVE_WAY] = [
                 f"{self.name}_ensemble_native",
+                *pre,
                 f"{self.name}_onnx_native",
                 f"{self.name}_post",
             ]
         return ways
 
     def workload(self, onnx_path: Path, batch: int) -> Workload:
-        """A request of `batch` rows, its reference answer (ORT on the CPU, then numpy_post) and the
-        answer's layout."""
+        """`self.requests` requests of `batch` rows (seeds 0, 1, ...: the first is the Workload, the others
+        its `others`), each with its reference answer (numpy_post's preprocess where there is one, ORT on
+        the CPU, then numpy_post's postprocess) and the answer's layout."""
         from onnxruntime import InferenceSession
 
-        inputs = self.make_inputs(batch, np.random.default_rng(0))
         session = InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-        raw = dict(zip(self.onnx_outputs, session.run(list(self.onnx_outputs), inputs), strict=True))
-        reference = self.numpy_post().postprocess(raw, inputs)
-        layout = {name: (array.dtype, array.shape) for name, array in reference.items()}
-        return Workload(onnx_path, batch, inputs, reference, layout)
+        numpy_post = self.numpy_post()
+        works = []
+        for seed in range(self.requests):
+            inputs = self.make_inputs(batch, np.random.default_rng(seed))
+            model_inputs = numpy_post.preprocess(inputs) if hasattr(numpy_post, "preprocess") else inputs
+            raw = session.run(list(self.onnx_outputs), model_inputs)
+            reference = numpy_post.postprocess(dict(zip(self.onnx_outputs, raw, strict=True)), inputs)
+            layout = {name: (array.dtype, array.shape) for name, array in reference.items()}
+            works.append(Workload(onnx_path, batch, inputs, reference, layout))
+        return Workload(**{**vars(works[0]), "others": tuple(works[1:])})
 
 
 def _load(path: Path, name: str) -> ModuleType:
@@ -207,6 +241,21 @@ def _token_inputs(batch: int, rng: np.random.Generator) -> Arrays:
     mask = (np.arange(64)[None, :] < lengths[:, None]).astype(np.int64)
     ids = rng.integers(1, 8192, size=(batch, 64)).astype(np.int64) * mask
     return {"input_ids": ids, "attention_mask": mask}
+
+
+IMAGE_SIDES = (48, 160)
+"""classify_images: the smallest and largest side of a request's images (the classifier takes 64x64)."""
+
+
+def _image_inputs(batch: int, rng: np.random.Generator) -> Arrays:
+    """A request of `batch` decoded images of one size (height and width drawn from IMAGE_SIDES by the
+    seed), uint8 HWC: smooth gradients and blobs with noise, so that the resize's interpolation matters."""
+    height, width = (int(side) for side in rng.integers(IMAGE_SIDES[0], IMAGE_SIDES[1] + 1, size=2))
+    ys, xs = np.meshgrid(np.linspace(0, 1, height), np.linspace(0, 1, width), indexing="ij")
+    phases = rng.uniform(0, 2 * np.pi, size=(batch, 1, 1, 3))
+    waves = np.sin(6 * xs[None, :, :, None] + 4 * ys[None, :, :, None] + phases)
+    noise = rng.normal(0, 0.25, size=(batch, height, width, 3))
+    return {"pixels": np.clip(127.5 + 100 * waves + 40 * noise, 0, 255).astype(np.uint8)}
 
 
 def _same_top_k(answer: Arrays, reference: Arrays) -> list[str]:
@@ -285,6 +334,16 @@ PIPELINES = {
             lambda batch, rng: {"features": rng.standard_normal((batch, 64, 16, 16)).astype(np.float32)},
             _same_detections,
         ),
+        Pipeline(
+            "classify_images",
+            classifier,
+            ("images",),
+            ("logits",),
+            (),
+            _image_inputs,
+            _same_top_k,
+            requests=4,
+        ),
     )
 }
 
@@ -292,7 +351,7 @@ PIPELINES = {
 def export(pipeline: Pipeline, path: Path) -> None:
     torch.manual_seed(0)
     module = pipeline.module().eval()
-    example = tuple(torch.from_numpy(a) for a in pipeline.make_inputs(2, np.random.default_rng(0)).values())
+    example = tuple(torch.from_numpy(a) for a in pipeline.model_inputs(2, np.random.default_rng(0)).values())
     path.parent.mkdir(parents=True, exist_ok=True)
     axes = {name: {0: "batch"} for name in (*pipeline.onnx_inputs, *pipeline.onnx_outputs)}
     with warnings.catch_warnings():
@@ -335,7 +394,7 @@ def _onnx_io(pipeline: Pipeline, path: Path) -> tuple[list[Tensor], list[Tensor]
     from onnxruntime import InferenceSession
 
     session = InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    inputs = pipeline.make_inputs(2, np.random.default_rng(0))
+    inputs = pipeline.model_inputs(2, np.random.default_rng(0))
     outputs = session.run(list(pipeline.onnx_outputs), inputs)
     nodes = (*session.get_inputs(), *session.get_outputs())
     types = {e.name: from_onnx_type(e.type, f"{path.name}: {e.name}").config_name for e in nodes}
@@ -356,16 +415,20 @@ def _client_io(hooks: ModuleType) -> tuple[list[Tensor], list[Tensor]]:
     return tensors(hooks.INPUTS), tensors(hooks.OUTPUTS)
 
 
-def _io_text(kind: str, tensors: list[Tensor]) -> str:
-    entries = ", ".join(
-        f'{{ name: "{n}", data_type: {t}, dims: [ {", ".join(map(str, d))} ] }}' for n, t, d in tensors
-    )
-    return f"{kind} [ {entries} ]\n"
+def _io_text(kind: str, tensors: list[Tensor], ragged: bool = False) -> str:
+    """config.pbtxt's inputs or outputs; with `ragged`, an input with an open axis (an image's height and
+    width) gets allow_ragged_batch, so that the dynamic batcher gathers requests of different sizes."""
+
+    def entry(name: str, kind_of: str, dims: list[int]) -> str:
+        extra = " allow_ragged_batch: true" if ragged and -1 in dims else ""
+        return f'{{ name: "{name}", data_type: {kind_of}, dims: [ {", ".join(map(str, dims))} ]{extra} }}'
+
+    return f"{kind} [ {', '.join(entry(*t) for t in tensors)} ]\n"
 
 
 def _config(name: str, backend: str, inputs: list[Tensor], outputs: list[Tensor], **parameters: str) -> str:
     text = f'name: "{name}"\nbackend: "{backend}"\nmax_batch_size: {MAX_BATCH}\n'
-    text += _io_text("input", inputs) + _io_text("output", outputs)
+    text += _io_text("input", inputs, ragged=True) + _io_text("output", outputs)
     text += "instance_group [ { kind: KIND_AUTO, count: 1 } ]\n"
     text += "dynamic_batching { max_queue_delay_microseconds: 0 }\n"
     if backend == "python":
@@ -384,7 +447,14 @@ def _ensemble(name: str, onnx_model: str, pipeline: Pipeline, io: tuple[list[Ten
 
     client_in, client_out = io
     outputs = tuple(n for n, _, _ in client_out)
-    steps = [
+    steps = []
+    if pipeline.preprocesses:  # the client's inputs -> the ONNX model's, by the python pre step
+        steps.append(
+            f'{{ model_name: "{pipeline.name}_pre" model_version: -1 '
+            f"{maps('input_map', tuple(n for n, _, _ in client_in))} "
+            f"{maps('output_map', pipeline.onnx_inputs)} }}"
+        )
+    steps += [
         f'{{ model_name: "{onnx_model}" model_version: -1 {maps("input_map", pipeline.onnx_inputs)} '
         f"{maps('output_map', pipeline.onnx_outputs)} }}",
         f'{{ model_name: "{pipeline.name}_post" model_version: -1 '
@@ -437,7 +507,7 @@ def write_repository(repository: Path, names: list[str], native: bool = False) -
             ),
             f"{name}_post": (
                 _config(f"{name}_post", "python", post_inputs, client_io[1], onnx_outputs=onnx_names),
-                {"model.py": ANCHORS / "pipeline_post_model.py", "hooks.py": hooks},
+                {"model.py": ANCHORS / "pipeline_hooks_model.py", "hooks.py": hooks},
             ),
             f"{name}_ensemble": (_ensemble(f"{name}_ensemble", f"{name}_onnx", pipeline, client_io), {}),
             f"{name}_bls": (
@@ -447,8 +517,9 @@ def write_repository(repository: Path, names: list[str], native: bool = False) -
                     *client_io,
                     downstream_model=f"{name}_onnx",
                     onnx_outputs=onnx_names,
+                    post_reads=",".join(pipeline.post_reads),
                 ),
-                {"model.py": ANCHORS / "pipeline_post_model.py", "hooks.py": hooks},
+                {"model.py": ANCHORS / "pipeline_hooks_model.py", "hooks.py": hooks},
             ),
             f"{name}_naive": (
                 _config(
@@ -465,6 +536,11 @@ def write_repository(repository: Path, names: list[str], native: bool = False) -
                 },
             ),
         }
+        if pipeline.preprocesses:
+            models[f"{name}_pre"] = (
+                _config(f"{name}_pre", "python", client_io[0], onnx_io[0], step="pre"),
+                {"model.py": ANCHORS / "pipeline_hooks_model.py", "hooks.py": hooks},
+            )
         for lever, parameters in LEVERS.items():  # the hooked model with one thing changed
             inputs, outputs = client_io
             models[f"{name}_hooked_{lever}"] = (

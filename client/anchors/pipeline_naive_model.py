@@ -1,6 +1,7 @@
 """A pipeline as the tutorial model.py writes it (benchmark anchor only; client/pipelines.py): as_numpy()
-(GPU inputs copied to the host), session.run() (copied to the device and the outputs back), then the
-post-processing in numpy (numpy_post.py beside this file), one request at a time.
+(GPU inputs copied to the host), the pre-processing in numpy where the pipeline has one, session.run()
+(copied to the device and the outputs back), then the post-processing in numpy (numpy_post.py beside this
+file: its `preprocess`, where it defines one, and its `postprocess`), one request at a time.
 """
 
 import importlib.util
@@ -32,12 +33,14 @@ class TritonPythonModel:
         spec = importlib.util.spec_from_file_location("numpy_post", version / "numpy_post.py")
         self.post = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(self.post)
+        self.preprocess = getattr(self.post, "preprocess", None)
 
     def execute(self, requests):
         responses = []
         for request in requests:
             inputs = {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
-            raw = self.session.run(self.onnx_outputs, {n: inputs[n] for n in self.session_inputs})
+            model_inputs = inputs if self.preprocess is None else self.preprocess(inputs)
+            raw = self.session.run(self.onnx_outputs, {n: model_inputs[n] for n in self.session_inputs})
             answer = self.post.postprocess(dict(zip(self.onnx_outputs, raw, strict=True)), inputs)
             tensors = [pb_utils.Tensor(n, answer[n]) for n in self.outputs]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
