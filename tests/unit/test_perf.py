@@ -239,8 +239,8 @@ def test_the_native_twin_is_measured_loaded_or_skipped_with_one_line() -> None:
     assert "the server has no model 'm_native'" in absent and 'backend: "onnxruntime"' in absent
 
 
-def point(model: str, concurrency: int, rate: float, p50_ms: float) -> perf.Point:
-    return perf.Point(
+def point(model: str, concurrency: int, rate: float, p50_ms: float) -> perf_analyzer.Point:
+    return perf_analyzer.Point(
         model, concurrency, 1, 100, rate, p50_ms * 1e3, p50_ms * 1e3, p50_ms * 1.2e3,
         p50_ms * 1.3e3, p50_ms * 2e3, True, dict.fromkeys(STAGES, 5.0),
     )  # fmt: skip
@@ -306,12 +306,12 @@ def test_a_model_without_a_batch_axis_takes_its_whole_shape() -> None:
 
 
 def test_load_ranges_are_perf_analyzers() -> None:
-    assert perf.load_range(int, 1)("1:4") == [1, 2, 3, 4]
-    assert perf.load_range(int, 1)("1:16:5") == [1, 6, 11, 16]
-    assert perf.load_range(float, 0)("10:30") == [10.0, 30.0]
+    assert perf_analyzer.load_range(int, 1)("1:4") == [1, 2, 3, 4]
+    assert perf_analyzer.load_range(int, 1)("1:16:5") == [1, 6, 11, 16]
+    assert perf_analyzer.load_range(float, 0)("10:30") == [10.0, 30.0]
     for text in ("0:4", "4:1", "1", "1:4:0", "a:b"):
         with pytest.raises(argparse.ArgumentTypeError, match="START:END"):
-            perf.load_range(int, 1)(text)
+            perf_analyzer.load_range(int, 1)(text)
 
 
 # perf_analyzer 2.41's -f CSV with --verbose-csv and --collect-metrics, as it wrote it for the demo here
@@ -325,12 +325,12 @@ CSV = (
 
 def test_a_point_is_perf_analyzers_csv_row() -> None:
     row = perf_analyzer.read_csv_row(CSV)
-    got = perf.point_from_csv(row, "demo", 4, 3868, percentile=95.0, concurrency=1)
+    got = perf_analyzer.point_from_csv(row, "demo", 4, 3868, percentile=95.0, concurrency=1)
     assert (got.concurrency, got.batch, got.requests, got.infer_per_s) == (1, 4, 3868, 4292.7)
     assert (got.p50_us, got.p99_us, got.avg_us, got.latency_us) == (793, 4943, 929, 1201)
     assert got.server_us == {"queue": 50, "compute_input": 16, "compute_infer": 530, "compute_output": 125}
     assert got.gpu_utilization is None and got.load == "c=1"
-    rated = perf.point_from_csv(row, "demo", 4, 10, request_rate=250.0)
+    rated = perf_analyzer.point_from_csv(row, "demo", 4, 10, request_rate=250.0)
     assert rated.load == "r=250" and rated.latency_us == 929
     assert perf_analyzer.read_csv_row("") == {}
     assert perf_analyzer.request_count("  Client:\n    Request count: 3868\n") == 3868
@@ -352,7 +352,7 @@ def test_the_requests_are_perf_analyzers_json_input_data_row_by_row(tmp_path: Pa
 def test_perf_analyzers_command_carries_perfs_options(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(perf, "find_perf_analyzer", lambda: ("/bin/pa", ""))
+    monkeypatch.setattr(perf_analyzer, "find_perf_analyzer", lambda: ("/bin/pa", ""))
     args = perf.build_parser("perf").parse_args(
         [
             *("m", "-u", "h:1", "-i", "grpc", "-p", "500", "-s", "5", "--max-trials", "4"),
@@ -360,8 +360,8 @@ def test_perf_analyzers_command_carries_perfs_options(
         ]
     )
     args.request_rate = None
-    target = perf.Target("m", [OutputSpec("y", "FP32", (8, 4))])
-    command = perf.perf_analyzer_command(args, target, 8, 4, tmp_path / "d.json", tmp_path / "o.csv")
+    target = perf_analyzer.Target("m", [OutputSpec("y", "FP32", (8, 4))])
+    command = perf_analyzer.perf_analyzer_command(args, target, 8, 4, tmp_path / "d.json", tmp_path / "o.csv")
     text = " ".join(command)
     assert text.startswith("/bin/pa -m m -u h:1 -i grpc -b 8 --input-data")
     for part in ("--concurrency-range 4:4", "-p 500 -s 5 --max-trials 4", "--percentile 95"):
@@ -369,7 +369,9 @@ def test_perf_analyzers_command_carries_perfs_options(
     assert "--shared-memory system --output-shared-memory-size 2048" in text
     assert "--collect-metrics --metrics-url http://h:2/metrics" in text
     args.request_rate, args.distribution = [100.0], "poisson"
-    text = " ".join(perf.perf_analyzer_command(args, target, 8, 100.0, tmp_path / "d", tmp_path / "o"))
+    text = " ".join(
+        perf_analyzer.perf_analyzer_command(args, target, 8, 100.0, tmp_path / "d", tmp_path / "o")
+    )
     assert "--request-rate-range 100:100 --request-distribution poisson" in text
 
 

@@ -14,13 +14,13 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from tests.support.paths import demo_onnx
-from triton_ort.cli import perf, tune
+from triton_ort.cli import perf_analyzer, tune
 from triton_ort.cli.request_checks import RequestError
 from triton_ort.harness.repository import write_config
 
 
-def _point(rate: float, latency_ms: float, concurrency: int = 8) -> perf.Point:
-    return perf.Point(
+def _point(rate: float, latency_ms: float, concurrency: int = 8) -> perf_analyzer.Point:
+    return perf_analyzer.Point(
         "m", concurrency, 1, 10, rate, latency_ms * 1e3, latency_ms * 1e3, latency_ms * 1e3,
         latency_ms * 1e3, latency_ms * 1e3, latency_us=latency_ms * 1e3,
     )  # fmt: skip
@@ -125,18 +125,18 @@ def test_levers_not_named_are_not_moved() -> None:
 
 
 def test_tune_measures_as_perf_does_with_perfs_own_options(tmp_path: Path) -> None:
-    """tune takes perf's measurement options (one definition, perf.add_measurement_options), system shared
-    memory included, and refuses the same contradictions."""
+    """tune takes perf's measurement options (one definition, perf_analyzer.add_measurement_options),
+    system shared memory included, and refuses the same contradictions."""
     parser = tune.build_parser("triton-ort tune")
     args = parser.parse_args([str(tmp_path), "--shared-memory", "system", "-i", "grpc", "--percentile", "95"])
-    perf.resolve_shared_memory(parser, args)
+    perf_analyzer.resolve_shared_memory(parser, args)
     assert (args.shared_memory, args.protocol, args.percentile) == ("system", "grpc", 95.0)
     assert (args.measurement_interval, args.max_windows) == (1000.0, 6)  # tune's shorter windows
     server = argparse.Namespace(grpc_url="127.0.0.1:1", http_url="127.0.0.1:2", metrics_port=3)
     assert tune._perf_args(args, server).shared_memory == "system"  # type: ignore[arg-type]
     args = parser.parse_args([str(tmp_path), "--cuda-shm", "--shared-memory", "system"])
     with pytest.raises(SystemExit):
-        perf.resolve_shared_memory(parser, args)
+        perf_analyzer.resolve_shared_memory(parser, args)
 
 
 def test_tune_takes_perfs_input_options_and_needs_perf_analyzer(

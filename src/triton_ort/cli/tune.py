@@ -34,7 +34,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import triton_to_np_dtype
 
-from triton_ort.cli import perf
+from triton_ort.cli import perf, perf_analyzer
 from triton_ort.cli.args import positive
 from triton_ort.cli.config import completed_config
 from triton_ort.cli.perf_analyzer import find_perf_analyzer
@@ -126,7 +126,7 @@ class Candidate:
 @dataclass
 class Result:
     candidate: Candidate
-    points: list[perf.Point] = field(default_factory=list)
+    points: list[perf_analyzer.Point] = field(default_factory=list)
     gpu_mib: float | None = None
     rss_mib: float = 0.0
     error: str | None = None
@@ -165,7 +165,7 @@ def _serving_repository(model_dir: Path, config: model_config_pb2.ModelConfig, r
 
 
 def _perf_args(args: argparse.Namespace, server: LocalTritonServer) -> argparse.Namespace:
-    """tune's options (perf's measurement options among them: perf.add_measurement_options) with this
+    """tune's options (perf's measurement options among them: perf_analyzer.add_measurement_options) with this
     server's addresses."""
     return argparse.Namespace(
         **{
@@ -222,14 +222,14 @@ def measure(
                     input_data=args.input_data, ranges=ranges,
                 )  # fmt: skip
                 output_bytes = max(output_bytes, _output_bytes(metadata, batch, batched))
-                target = perf.Target(config.name, expected_outputs(metadata, batch, batched))
+                target = perf_analyzer.Target(config.name, expected_outputs(metadata, batch, batched))
                 result.points += perf.measure(
                     perf_args, client, [target], requests, batch, batched, args.concurrency
                 )
             snapshot = MemorySnapshot.of(server.process.pid)
             result.rss_mib = snapshot.rss_total / MIB
             result.gpu_mib = None if snapshot.gpu_total is None else snapshot.gpu_total / MIB
-        except (perf.PerfError, RequestError) as error:
+        except (perf_analyzer.PerfError, RequestError) as error:
             result.error = str(error)
         finally:
             server.stop()
@@ -420,7 +420,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--plot", type=Path, metavar="FILE.svg", help="each candidate's latency against throughput (SVG)"
     )
-    perf.add_measurement_options(parser, measurement_interval_ms=1000.0, max_windows=6)
+    perf_analyzer.add_measurement_options(parser, measurement_interval_ms=1000.0, max_windows=6)
     return parser
 
 
@@ -433,7 +433,7 @@ def main(argv: list[str] | None = None, prog: str = "triton-ort tune") -> None:
         )
     if args.plot and args.plot.suffix.lower() != ".svg":
         parser.error(f"--plot {args.plot}: the plot is an SVG file; name it with .svg")
-    perf.resolve_shared_memory(parser, args)
+    perf_analyzer.resolve_shared_memory(parser, args)
     if find_perf_analyzer()[0] is None:
         parser.exit(1, f"{parser.prog}: error: {find_perf_analyzer()[1]}\n")
     args.concurrency = sorted(set(args.concurrency))
