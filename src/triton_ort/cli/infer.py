@@ -35,6 +35,7 @@ from triton_ort.cli.request_data import (
     generated,
     json_requests,
     parse_ranges_option,
+    read_npz,
     sized_by_shape,
 )
 from triton_ort.harness.reference import compare
@@ -63,20 +64,6 @@ def _read_npy(item: str, signature: ModelSignature) -> tuple[str, NDArray[Any]]:
     return name, array
 
 
-def _read_npz(path: Path) -> dict[str, NDArray[Any]]:
-    """--inputs FILE.npz: arrays named as the model's inputs (np.savez(path, **inputs))."""
-    try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise RequestError(f"--inputs {path}: cannot read it as an .npz of arrays ({error})") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise RequestError(
-            f"--inputs {path}: one array (.npy); expected an .npz of inputs by name (or --input NAME={path})"
-        )
-    with archive:
-        return dict(archive)
-
-
 def _open_inner_axes(meta: TensorMeta, batched: bool) -> bool:
     return any(d < 0 for d in meta.shape[1 if batched else 0 :])
 
@@ -86,7 +73,7 @@ def _files(
 ) -> tuple[dict[str, Any], list[str]]:
     """The inputs given as files: --inputs FILE.npz, --input-data FILE (.npz, or perf_analyzer's JSON: its
     first request's data), --input NAME=FILE.npy; and the --shape items left for the other inputs."""
-    given = _read_npz(args.inputs) if args.inputs else {}
+    given = read_npz(args.inputs) if args.inputs else {}
     data, shapes = args.input_data, list(args.shape)
     if data not in INPUT_DATA_MODES:
         path = Path(data)
@@ -95,7 +82,7 @@ def _files(
             requests, shapes = json_requests(path, metas, batched, shapes, args.batch)
             more = requests[0]
         else:
-            more = _read_npz(path)
+            more = read_npz(path)
         for name in more:
             if name in given:
                 raise RequestError(

@@ -304,7 +304,7 @@ def _strings(shape: tuple[int, ...], rng: np.random.Generator, text: str | None)
     return array.reshape(shape)
 
 
-def _read_npz(path: Path) -> dict[str, NDArray[Any]]:
+def read_npz(path: Path) -> dict[str, NDArray[Any]]:
     try:
         archive = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as error:
@@ -338,7 +338,7 @@ def build_requests(
     of its entries: each later one replaces the arrays it gives in the first, all of one batch."""
     metas = {meta.name: meta for meta in tensor_metas(metadata, "inputs")}
     batched = signature.max_batch_size > 0
-    given = _read_npz(npz) if npz else {}
+    given = read_npz(npz) if npz else {}
     source = f"--inputs {npz}"
     later: list[dict[str, NDArray[Any]]] = []  # the JSON file's later entries
     if input_data not in INPUT_DATA_MODES:
@@ -346,7 +346,7 @@ def build_requests(
         if path.suffix == ".json":
             (more, *later), shapes = json_requests(path, metas, batched, shapes, batch)
         else:
-            more = _read_npz(path)
+            more = read_npz(path)
         if set(more) & set(given):
             raise RequestError(
                 f"--input-data {input_data} and --inputs {npz} both give {sorted(set(more) & set(given))}"
