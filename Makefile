@@ -78,6 +78,18 @@ host-python:
 .PHONY: venv
 venv: $(ENV_READY) ## create the virtual environment (.venv): CPU stack, or the CUDA stack on GPU hosts
 
+# Triton's perf_analyzer 2.41, the load engine of `triton-ort perf` and `tune`: the binary of PyPI's tritonclient
+# 2.41.0 wheel with libcudart (PyPI) and libb64 (Debian) beside it, behind a wrapper next to the venv's python
+# (triton_ort.cli.perf_analyzer.find_perf_analyzer looks there, then on PATH).
+PERF_ANALYZER := $(dir $(PYTHON))perf_analyzer
+PERF_ANALYZER_LIB ?= $(if $(USE_HOST_PYTHON),.tools/perf_analyzer,$(VENV)/lib/perf_analyzer)
+
+$(PERF_ANALYZER): scripts/install_perf_analyzer.sh | $(ENV_READY)
+	scripts/install_perf_analyzer.sh $(PYTHON) $(PERF_ANALYZER_LIB) $(dir $(PYTHON))
+
+.PHONY: perf-analyzer
+perf-analyzer: $(PERF_ANALYZER) ## install Triton's perf_analyzer 2.41 beside the venv's python (perf and tune measure with it)
+
 .PHONY: gpu-stack-check
 gpu-stack-check: $(ENV_READY) ## show that requirements-cuda.txt resolves for CPython 3.10, 3.11, 3.12 (pip --dry-run, PyPI)
 	$(PYTHON) scripts/resolve_stack.py requirements-cuda.txt --with numpy==1.26.4
@@ -138,7 +150,7 @@ lint: $(VENV_STAMP) ## ruff and mypy
 	$(PYTHON) -m mypy
 
 .PHONY: test
-test: models lint docker-lint ## lint (code and docker/), unit and integration tests (GPU tests need CUDA)
+test: models lint docker-lint perf-analyzer ## lint (code and docker/), unit and integration tests (GPU tests need CUDA)
 	$(PYTHON) -m pytest -q tests --ignore=tests/container
 
 # The tiers, each under pytest-timeout (a limit per test, so a hung server fails the test instead of CI).
@@ -147,7 +159,7 @@ test-unit: $(ENV_READY) ## unit tests only: the library and the harness, no serv
 	$(PYTHON) -m pytest -q --timeout=60 tests/unit
 
 .PHONY: test-integration
-test-integration: models ## integration tests: the real tritonserver through tritonclient (about a minute)
+test-integration: models perf-analyzer ## integration tests: the real tritonserver through tritonclient (about a minute)
 	$(PYTHON) -m pytest -q --timeout=300 tests/integration
 
 .PHONY: test-reliability

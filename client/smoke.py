@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from triton_ort.cli.infer import one_line
+from triton_ort.cli.args import one_line
 from triton_ort.harness.reference import compare, random_inputs, reference_outputs
 from triton_ort.harness.server import exit_on_termination
 from triton_ort.harness.transport import infer, make_client, model_metadata, tensor_metas

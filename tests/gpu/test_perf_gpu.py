@@ -52,7 +52,7 @@ def test_perf_cuda_shm_measures_the_demo_and_leaves_no_region(
     assert [p["concurrency"] for p in measured["points"]] == [1, 4]
     for point in measured["points"]:
         assert point["requests"] > 0 and 0 < point["p50_us"] <= point["p99_us"]
-        assert point["server_us"]["compute_infer"] > 0 and point["server_requests"] > 0
+        assert point["server_us"]["compute_infer"] > 0
     assert (tmp_path / "perf.svg").read_text().startswith("<svg")
     client = make_client(protocol, url)
     status = client.get_cuda_shared_memory_status()

@@ -66,5 +66,5 @@ def test_perf_compares_ours_with_a_real_native_backend_served_beside_it(tmp_path
     assert report["native"] == "demo_native"
     measured = {point["model"]: point for point in report["points"]}
     assert set(measured) == {"demo", "demo_native"}
-    assert all(point["requests_per_s"] > 0 for point in measured.values()), measured
+    assert all(point["infer_per_s"] > 0 for point in measured.values()), measured
     assert "native onnxruntime / demo at c=1: p50" in done.stdout

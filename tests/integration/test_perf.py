@@ -8,26 +8,29 @@ Short windows (200 ms, at most 4 of them) keep each run to a few seconds."""
 
 from __future__ import annotations
 
+import base64
 import csv
 import json
-import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
+import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.grpc import model_config_pb2
 
 from tests.support import graphs
+from triton_ort.cli.perf_analyzer import find_perf_analyzer, read_csv_row
 from triton_ort.harness.repository import write_config
 from triton_ort.harness.server import LocalTritonServer, gpu_present
-from triton_ort.harness.waiting import wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(find_perf_analyzer()[0] is None, reason=find_perf_analyzer()[1]),
+]
 
 COMMAND = str(Path(sys.executable).parent / "triton-ort")
 SHORT = ("--measurement-interval", "200", "--max-windows", "4")
@@ -83,11 +86,10 @@ def test_open_axes_sized_by_shape_over_grpc_with_json_csv_and_plot(
     assert [p["concurrency"] for p in points] == [1, 4] and {p["batch"] for p in points} == {2}
     for point in points:
         assert point["requests"] > 0 and 0 < point["p50_us"] <= point["p90_us"] <= point["p99_us"]
-        assert point["infer_per_s"] == pytest.approx(2 * point["requests_per_s"])
-        assert 1 <= point["windows"] <= 4 and isinstance(point["stable"], bool)
-        # Triton's own stages over the same windows, and the requests it counted there
+        assert point["infer_per_s"] > 0 and isinstance(point["stable"], bool)
+        # Triton's own stages over the same windows, as perf_analyzer reports them
         assert set(point["server_us"]) == {"queue", "compute_input", "compute_infer", "compute_output"}
-        assert point["server_us"]["compute_infer"] > 0 and point["server_requests"] > 0
+        assert point["server_us"]["compute_infer"] > 0
     rows = list(csv.DictReader(out["csv"].open()))
     assert [int(row["concurrency"]) for row in rows] == [1, 4]
     assert float(rows[1]["p99_us"]) == pytest.approx(points[1]["p99_us"])
@@ -180,9 +182,9 @@ def test_compare_native_says_the_backend_is_missing_and_measures_ours(
 @pytest.mark.skipif(gpu_present(), reason="this host has a GPU: --cuda-shm works here (tests/gpu)")
 def test_cuda_shm_without_cuda_is_one_line(server: LocalTritonServer) -> None:
     done = perf(server, "optional", "--cuda-shm")
-    assert done.returncode == 2 and done.stdout == ""
+    assert done.returncode == 1 and done.stdout == ""
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "--cuda-shm needs a CUDA GPU" in lines[0], lines
+    assert len(lines) == 1 and "perf_analyzer on 'optional'" in lines[0], lines
 
 
 @pytest.mark.parametrize("distribution", ["constant", "poisson"])
@@ -201,9 +203,9 @@ def test_open_loop_load_at_a_request_rate(
     assert done.returncode == 0, done.stderr
     points = json.loads(out.read_text())["points"]
     assert [p["request_rate"] for p in points] == [50, 100]
-    for point in points:
-        assert point["requests_per_s"] == pytest.approx(point["request_rate"], rel=0.25), point
-        assert point["concurrency"] >= 1  # the most in flight at once
+    spread = 0.25 if distribution == "constant" else 0.4  # Poisson gaps: ~150 arrivals over the windows
+    for point in points:  # batch 1: inferences are requests
+        assert point["infer_per_s"] == pytest.approx(point["request_rate"], rel=spread), point
     assert (
         done.stdout.splitlines()[0].split()[1] == "rate" and done.stdout.splitlines()[2].split()[1] == "r=50"
     )
@@ -216,13 +218,14 @@ def test_system_shared_memory_carries_inputs_and_outputs(
     """--shared-memory system: regions in /dev/shm registered with the local server, each answer checked by
     datatype and shape, and every region unregistered and removed at the end. Only this model's regions
     (named after its tensors) are looked for: other tests' servers and clients may run beside this one."""
-    metadata = httpclient.InferenceServerClient(server.http_url).get_model_metadata("optional")
+    metadata = httpclient.InferenceServerClient(server.http_url).get_model_metadata("open_axes")
     tensors = [t["name"] for t in (*metadata["inputs"], *metadata["outputs"])]
     before = set(Path("/dev/shm").iterdir())
     out = tmp_path / "perf.json"
-    done = perf(
+    done = perf(  # perf_analyzer 2.41 refuses shared memory for a model with optional inputs
         server,
-        "optional",
+        "open_axes",
+        *("--shape", "x:5", "--shape", "y:5"),
         *("--shared-memory", "system", "--concurrency", "1", "2", "--json", str(out)),
         protocol=protocol,
     )
@@ -232,42 +235,6 @@ def test_system_shared_memory_carries_inputs_and_outputs(
     left = {p.name for p in set(Path("/dev/shm").iterdir()) - before if p.name.startswith("triton_ort_")}
     assert {name for name in left if name.endswith(tuple(f"_{tensor}" for tensor in tensors))} == set()
     assert httpclient.InferenceServerClient(server.http_url).get_system_shared_memory_status() == []
-
-
-def _spawned_clients() -> set[int]:
-    """Living processes started by multiprocessing's spawn (perf's --client-processes)."""
-    found = set()
-    for process in psutil.process_iter(["pid", "cmdline"]):
-        if any("multiprocessing.spawn" in part for part in process.info["cmdline"] or []):
-            found.add(process.info["pid"])
-    return found
-
-
-def test_load_from_several_client_processes(server: LocalTritonServer, tmp_path: Path) -> None:
-    before = _spawned_clients()
-    out = tmp_path / "perf.json"
-    done = perf(server, "optional", "--client-processes", "2", "--concurrency", "1", "4", "--json", str(out))
-    assert done.returncode == 0, done.stderr
-    points = json.loads(out.read_text())["points"]
-    assert [p["concurrency"] for p in points] == [1, 4] and all(p["requests"] > 0 for p in points)
-    assert _spawned_clients() - before == set(), "a client process outlived perf"
-
-
-def test_sigterm_stops_perf_and_its_client_processes(server: LocalTritonServer) -> None:
-    before = _spawned_clients()
-    command = [COMMAND, "perf", "-u", server.http_url, "optional", "--client-processes", "2"]
-    process = subprocess.Popen(
-        [*command, "--concurrency", "4", "-p", "5000", "--max-windows", "20"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for(lambda: len(_spawned_clients() - before) == 2, 60, "two client processes")
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) != 0
-    finally:
-        process.kill()
-    wait_for(lambda: not (_spawned_clients() - before), 30, "the client processes gone")
 
 
 def test_perf_analyzers_json_input_data_with_several_requests(
@@ -289,14 +256,15 @@ def test_perf_analyzers_json_input_data_with_several_requests(
 
 
 def test_several_json_requests_in_system_shared_memory(server: LocalTritonServer, tmp_path: Path) -> None:
-    """Each request of the JSON input data in region sets of its own, per slot, sent in turn (perf refused
-    this combination before)."""
+    """The requests of the JSON input data over system shared memory (perf_analyzer's regions)."""
     path = tmp_path / "data.json"
-    path.write_text(json.dumps({"data": [{"x": [[1.0, 2.0, 3.0, 4.0]]}, {"x": [[5.0, 6.0, 7.0, 8.0]]}]}))
+    path.write_text(
+        json.dumps({"data": [{"x": [[1.0] * 4], "y": [[2.0] * 4]}, {"x": [[3.0] * 4], "y": [[4.0] * 4]}]})
+    )
     out = tmp_path / "perf.json"
     done = perf(
         server,
-        "optional",
+        "open_axes",
         *("--input-data", str(path), "--shared-memory", "system", "--concurrency", "2", "--json", str(out)),
     )
     assert done.returncode == 0, done.stderr
@@ -304,3 +272,42 @@ def test_several_json_requests_in_system_shared_memory(server: LocalTritonServer
     assert report["requests_in_data"] == 2 and report["transport"] == "system-shm"
     assert report["points"][0]["requests"] > 0
     assert httpclient.InferenceServerClient(server.http_url).get_system_shared_memory_status() == []
+
+
+def test_perf_analyzers_own_json_rows_and_its_figures(server: LocalTritonServer, tmp_path: Path) -> None:
+    """perf_analyzer's JSON input data as perf_analyzer takes it ("shape" without the batch axis, a plain
+    list, b64), which perf refused ("shape [5], expected [batch, any]"); perf sizes the plain list's one open
+    axis from its values, where perf_analyzer itself needs --shape y:5. perf measures through perf_analyzer,
+    so its figures are perf_analyzer's own: a plain perf_analyzer run on the same server and data lands near
+    them (loosely here: other tests and other work share this host)."""
+    x = np.arange(5, dtype=np.float32)
+    rows = [
+        {"x": {"content": x.tolist(), "shape": [5]}, "y": [1.0] * 5},
+        {"x": {"content": {"b64": base64.b64encode(x.tobytes()).decode()}, "shape": [5]}, "y": [2.0] * 5},
+    ]
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps({"data": rows}))
+    out = tmp_path / "perf.json"
+    common = ("-p", "1000", "--max-windows", "6")
+    done = perf(server, "open_axes", "--input-data", str(path), "-b", "2", *common, "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["engine"] == "perf_analyzer" and report["inputs"] == {
+        "x": "float32[2, 5]",
+        "y": "float32[2, 5]",
+    }
+    ours = report["points"][0]
+    binary = find_perf_analyzer()[0]
+    assert binary is not None
+    plain = subprocess.run(
+        [
+            *(binary, "-m", "open_axes", "-u", server.http_url, "-b", "2", "--input-data", str(path)),
+            *("--shape", "y:5", "--concurrency-range", "1:1", "-p", "1000", "-f", str(tmp_path / "pa.csv")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    row = read_csv_row((tmp_path / "pa.csv").read_text())
+    assert ours["infer_per_s"] == pytest.approx(float(row["Inferences/Second"]), rel=0.5), (ours, row)

@@ -51,8 +51,6 @@ def test_two_candidates_are_measured_and_the_winner_is_written(tmp_path: Path) -
         "--instances",
         "1",
         "2",
-        "--client-processes",
-        "2",
         "--shared-memory",
         "system",
         "--write",

@@ -3,7 +3,9 @@ served as the parameter input_ranges, and followed (or overridden) by the client
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +16,18 @@ from onnx import TensorProto, helper
 
 from tests.support import graphs
 from tests.support.python_backend import python_backend_utils
-from triton_ort.cli import perf
 from triton_ort.cli.infer import _load_inputs, build_parser
 from triton_ort.cli.request_checks import ModelSignature, RequestError
-from triton_ort.cli.request_data import generated, parse_shape, read_json_input_data, shape_of
+from triton_ort.cli.request_data import (
+    build_requests,
+    generated,
+    json_requests,
+    parse_shape,
+    read_json_input_data,
+    shape_of,
+)
 from triton_ort.errors import ConfigError
+from triton_ort.harness.transport import tensor_metas
 from triton_ort.model.autocomplete import apply_completed, complete_config
 from triton_ort.model.input_ranges import (
     DEFAULT_RANGE,
@@ -167,7 +176,7 @@ def test_infer_follows_the_served_ranges_and_says_which_with_verbose(
 def test_perf_follows_the_served_ranges() -> None:
     ranges = value_ranges([("ids", "INT64"), ("kind", "INT32"), ("mask", "INT64")], CONFIG, {})
     signature = ModelSignature.from_config(CONFIG)
-    [inputs], batch = perf.build_requests(signature, METADATA, 8, ["ids:64", "mask=64"], ranges=ranges)
+    [inputs], batch = build_requests(signature, METADATA, 8, ["ids:64", "mask=64"], ranges=ranges)
     assert batch == 8 and inputs["ids"].max() <= 49 and inputs["kind"].max() <= 2
     assert inputs["mask"].shape == (8, 64)
 
@@ -188,13 +197,14 @@ def test_perf_analyzers_json_input_data_is_read_per_request(tmp_path: Path) -> N
             }
         )
     )
-    requests = read_json_input_data(path, {"ids": "INT64", "kind": "INT32", "mask": "INT64"})
-    assert len(requests) == 2 and requests[0]["ids"].shape == (2, 2) and requests[0]["kind"].dtype == np.int32
+    requests, rows = read_json_input_data(path, METAS, batched=True)
+    assert not rows and len(requests) == 2 and requests[0]["ids"].shape == (2, 2)
+    assert requests[0]["kind"].dtype == np.int32
     first = _infer_inputs("--input-data", str(path))
     assert first["ids"].tolist() == [[1, 2], [3, 4]]
     path.write_text(json.dumps({"data": [{"idz": [1]}]}))
     with pytest.raises(RequestError, match="data\\[0\\] has 'idz', which is no input of the model"):
-        read_json_input_data(path, {"ids": "INT64"})
+        read_json_input_data(path, METAS, batched=True)
 
 
 def test_an_exported_graph_keeps_its_tables_readable(tmp_path: Path) -> None:
@@ -203,3 +213,55 @@ def test_an_exported_graph_keeps_its_tables_readable(tmp_path: Path) -> None:
     model = onnx.load(str(path))
     onnx.save(model, str(tmp_path / "external.onnx"), save_as_external_data=True, size_threshold=0)
     assert index_ranges_in_file(tmp_path / "external.onnx")["ids"].high == 49
+
+
+METAS = {meta.name: meta for meta in tensor_metas(METADATA, "inputs")}
+
+
+def _json(tmp_path: Path, data: list[dict[str, Any]]) -> Path:
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps({"data": data}))
+    return path
+
+
+def test_perf_analyzers_own_forms_are_read_as_it_reads_them(tmp_path: Path) -> None:
+    """perf_analyzer's JSON input data as it documents it: a "shape" without the batch axis, a plain list
+    (the input's dims, its one open axis from the values), b64 content; the entries are rows, and a batch
+    of -b takes consecutive ones, as perf_analyzer fills it. perf refused the first with "shape [16],
+    expected [batch, any]"."""
+    ids = np.arange(16, dtype=np.int64)
+    b64 = {"b64": base64.b64encode(ids.tobytes()).decode()}
+    path = _json(
+        tmp_path,
+        [
+            {"ids": {"content": ids.tolist(), "shape": [16]}, "kind": [1], "mask": [1] * 16},
+            {"ids": {"content": b64, "shape": [16]}, "kind": {"content": [2], "shape": [1]}, "mask": b64},
+            {"ids": b64, "kind": [0], "mask": [0] * 16},
+        ],
+    )
+    entries, rows = read_json_input_data(path, METAS, batched=True)
+    assert rows and [e["ids"].shape for e in entries] == [(1, 16)] * 3
+    assert all((e["ids"][0] == ids).all() for e in entries) and entries[1]["kind"].tolist() == [[2]]
+    requests, rest = json_requests(path, METAS, True, ["ids:16"], batch=2)
+    assert rest == [] and len(requests) == 2  # 3 rows make 2 batches of 2, the first row again last
+    assert requests[0]["kind"].tolist() == [[1], [2]] and requests[1]["kind"].tolist() == [[0], [1]]
+    signature = ModelSignature.from_config(CONFIG)
+    built, batch = build_requests(signature, METADATA, 4, ["ids:16"], input_data=str(path))
+    assert batch == 4 and built[0]["ids"].shape == (4, 16) and built[0]["mask"].dtype == np.int64
+    assert _infer_inputs("--input-data", str(path), "--batch", "2")["kind"].tolist() == [[1], [2]]
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ({"content": [1, 2, 3], "shape": [2, 2, 2]}, "shape [2, 2, 2], expected [any]"),
+        ({"content": [1, 2, 3], "shape": [2]}, "3 values do not fill shape [2]"),
+        ({"b64": "not base64!"}, "not base64"),
+        ({"b64": "AAA="}, "2 b64 bytes are not whole INT64 values"),
+        ({"shape": [3]}, "expected a list"),
+    ],
+)
+def test_json_input_data_that_does_not_fit_is_one_line(tmp_path: Path, value: Any, words: str) -> None:
+    path = _json(tmp_path, [{"ids": value}])
+    with pytest.raises(RequestError, match=re.escape(words)):
+        read_json_input_data(path, METAS, batched=True)

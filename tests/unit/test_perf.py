@@ -1,16 +1,16 @@
 """`triton-ort perf`'s parts without a server: the answer check (a wrong shape, datatype or byte count is
-caught), the stability rule on synthetic windows, a point's figures from its windows, the inputs built
-from a model's metadata (open axes, optional and string inputs), the arguments, the native twin's skip
-lines, and the reports."""
+caught), the inputs built from a model's metadata (open axes, optional and string inputs) and written as
+perf_analyzer's JSON input data, perf_analyzer's command and its CSV read back as a point, the one line
+without perf_analyzer, the arguments, the native twin's skip lines, and the reports."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import csv
 import dataclasses
 import io
 import json
+import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Any
@@ -20,11 +20,19 @@ import pytest
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
-from triton_ort.cli import perf
-from triton_ort.cli.perf import OutputSpec, SeenOutput, Window, check_answer, stable
+from triton_ort.cli import perf, perf_analyzer
 from triton_ort.cli.perf_plot import nice_ticks, svg_plot
-from triton_ort.cli.request_checks import ModelSignature, RequestError
-from triton_ort.harness.transport import STAGES, ModelStatistics
+from triton_ort.cli.request_checks import (
+    ModelSignature,
+    OutputSpec,
+    RequestError,
+    SeenOutput,
+    check_answer,
+    expected_outputs,
+    seen_outputs,
+)
+from triton_ort.cli.request_data import build_requests, read_json_input_data
+from triton_ort.harness.transport import STAGES, tensor_metas
 
 EXPECTED = [
     OutputSpec("y", "FP32", (2, 4)),
@@ -77,7 +85,7 @@ def test_the_outputs_an_answer_declares_over_http_and_grpc() -> None:
             ]
             return {"outputs": outputs}
 
-    assert perf.seen_outputs(HttpResult()) == {"y": SeenOutput("FP32", (2, 4), 32)}
+    assert seen_outputs(HttpResult()) == {"y": SeenOutput("FP32", (2, 4), 32)}
     response = service_pb2.ModelInferResponse()
     response.outputs.add(name="y", datatype="FP32", shape=[2, 4])
     response.raw_output_contents.append(b"\0" * 30)
@@ -86,7 +94,7 @@ def test_the_outputs_an_answer_declares_over_http_and_grpc() -> None:
         def get_response(self) -> service_pb2.ModelInferResponse:
             return response
 
-    seen = perf.seen_outputs(GrpcResult())
+    seen = seen_outputs(GrpcResult())
     assert seen == {"y": SeenOutput("FP32", (2, 4), 30)}
     assert check_answer([OutputSpec("y", "FP32", (2, 4))], seen) == [
         "output 'y': 30 bytes for shape [2, 4], expected 32"
@@ -104,68 +112,12 @@ def test_an_output_in_shared_memory_is_checked_by_datatype_and_shape_over_grpc()
         def get_response(self) -> service_pb2.ModelInferResponse:
             return response
 
-    assert check_answer([OutputSpec("y", "FP32", (2, 4))], perf.seen_outputs(GrpcResult())) == [
+    assert check_answer([OutputSpec("y", "FP32", (2, 4))], seen_outputs(GrpcResult())) == [
         "output 'y': 0 bytes for shape [2, 4], expected 32"
     ]
-    seen = perf.seen_outputs(GrpcResult(), in_shared_memory=True)
+    seen = seen_outputs(GrpcResult(), in_shared_memory=True)
     assert seen == {"y": SeenOutput("FP32", (2, 4), None)}
     assert check_answer([OutputSpec("y", "FP32", (2, 4))], seen) == []
-
-
-def windows(*figures: tuple[int, float]) -> list[Window]:
-    """Windows of one second: (answers, each one's latency in ms)."""
-    return [Window(tuple([ms / 1e3] * count), 1.0) for count, ms in figures]
-
-
-@pytest.mark.parametrize(
-    ("figures", "is_stable"),
-    [
-        ([(100, 10.0), (100, 10.0), (100, 10.0)], True),
-        ([(50, 30.0), (100, 10.0), (105, 10.5), (96, 9.6)], True),  # only the last three count
-        ([(100, 10.0), (100, 10.0)], False),  # fewer than three windows
-        ([(100, 10.0), (100, 10.0), (125, 10.0)], False),  # throughput 13 % above the mean
-        ([(100, 10.0), (100, 10.0), (100, 12.5)], False),  # latency too
-        ([(100, 10.0), (108, 10.0), (92, 10.0)], True),  # each within 8 % of their mean
-        ([(100, 10.0), (100, 10.0), (0, 0.0)], False),  # a window that saw no answer
-    ],
-)
-def test_stability_is_the_last_three_windows_within_the_percentage(
-    figures: list[tuple[int, float]], is_stable: bool
-) -> None:
-    assert stable(windows(*figures), 10.0) is is_stable
-
-
-def test_a_tighter_percentage_asks_for_closer_windows() -> None:
-    close = windows((100, 10.0), (104, 10.0), (96, 10.0))
-    assert stable(close, 5.0) and not stable(close, 3.0)
-
-
-def statistics(requests: int, queue_ns: int, infer_ns: int) -> ModelStatistics:
-    stages = dict.fromkeys(STAGES, (requests, 0)) | {
-        "queue": (requests, queue_ns),
-        "compute_infer": (requests, infer_ns),
-    }
-    return ModelStatistics(requests, requests, requests, {}, stages)
-
-
-def test_a_point_takes_the_last_three_windows_and_the_servers_stages_over_them() -> None:
-    ws = [
-        Window((0.5,) * 10, 1.0, 0.2, statistics(10, 10_000, 100_000)),  # left out: before the last three
-        Window((0.001,) * 95 + (0.002,) * 5, 1.0, 0.3, statistics(110, 20_000, 200_000)),
-        Window((0.001,) * 100, 1.0, 0.3, statistics(210, 30_000, 300_000)),
-        Window((0.001,) * 100, 2.0, 0.6, statistics(310, 40_000, 400_000)),
-    ]
-    point = perf.summarize("m", 4, 8, ws, statistics(0, 0, 0), 10.0)
-    assert (point.requests, point.seconds, point.windows) == (300, 4.0, 4)
-    assert point.requests_per_s == 75.0 and point.infer_per_s == 600.0
-    assert point.p50_us == pytest.approx(1000.0) and point.p99_us == pytest.approx(2000.0)
-    assert point.client_cpu == pytest.approx(0.3)
-    # the statistics between the first window's end and the last one's: 300 requests
-    assert point.server_requests == 300
-    assert point.server_us["queue"] == pytest.approx(0.1) and point.server_us[
-        "compute_infer"
-    ] == pytest.approx(1.0)
-    assert not point.stable  # 100 req/s, 100 req/s, 50 req/s
 
 
 META = {
@@ -191,22 +143,22 @@ SIGNATURE = ModelSignature.from_config(CONFIG)
 
 
 def test_inputs_from_the_metadata_with_open_axes_sized_strings_and_optional_ones_left_out() -> None:
-    [inputs], batch = perf.build_requests(SIGNATURE, META, 4, ["ids:128"], string_data="hello")
+    [inputs], batch = build_requests(SIGNATURE, META, 4, ["ids:128"], string_data="hello")
     assert batch == 4 and sorted(inputs) == ["ids", "mask", "text"]
     assert inputs["ids"].shape == (4, 128) and inputs["ids"].dtype == np.int64
     assert inputs["mask"].shape == (4, 16)
     assert inputs["text"].shape == (4, 1) and inputs["text"][0, 0] == b"hello"
-    [with_scale], _ = perf.build_requests(SIGNATURE, META, None, ["ids:3", "scale:1"])
+    [with_scale], _ = build_requests(SIGNATURE, META, None, ["ids:3", "scale:1"])
     assert with_scale["scale"].shape == (1, 1) and with_scale["text"].dtype == object
 
 
 def test_inputs_from_an_npz_set_the_batch(tmp_path: Path) -> None:
     np.savez(tmp_path / "real.npz", ids=np.ones((2, 5), np.int64), text=np.array([["a"], ["b"]]))
-    [inputs], batch = perf.build_requests(SIGNATURE, META, None, npz=tmp_path / "real.npz")
+    [inputs], batch = build_requests(SIGNATURE, META, None, npz=tmp_path / "real.npz")
     assert batch == 2 and inputs["ids"].shape == (2, 5) and inputs["mask"].shape == (2, 16)
     assert inputs["text"][1, 0] == b"b"  # unicode from np.savez, sent as UTF-8 bytes
     with pytest.raises(RequestError, match=r"-b 3 with --inputs .*batch .* is 2; leave -b out"):
-        perf.build_requests(SIGNATURE, META, 3, npz=tmp_path / "real.npz")
+        build_requests(SIGNATURE, META, 3, npz=tmp_path / "real.npz")
 
 
 @pytest.mark.parametrize(
@@ -224,15 +176,7 @@ def test_inputs_from_an_npz_set_the_batch(tmp_path: Path) -> None:
 )
 def test_inputs_that_cannot_be_built_are_one_clear_error(batch: int, shapes: list[str], words: str) -> None:
     with pytest.raises(RequestError, match=words):
-        perf.build_requests(SIGNATURE, META, batch, shapes)
-
-
-def test_concurrency_range_is_perf_analyzers() -> None:
-    assert perf.concurrency_range("1:4") == [1, 2, 3, 4]
-    assert perf.concurrency_range("1:16:5") == [1, 6, 11, 16]
-    for text in ("0:4", "4:1", "1", "1:4:0", "a:b"):
-        with pytest.raises(Exception, match="START:END"):
-            perf.concurrency_range(text)
+        build_requests(SIGNATURE, META, batch, shapes)
 
 
 @pytest.mark.parametrize(
@@ -295,23 +239,21 @@ def test_the_native_twin_is_measured_loaded_or_skipped_with_one_line() -> None:
     assert "the server has no model 'm_native'" in absent and 'backend: "onnxruntime"' in absent
 
 
-def point(model: str, concurrency: int, rate: float, p50_ms: float) -> perf.Point:
-    return perf.Point(
-        model, concurrency, 1, 100, 1.0, rate, rate, p50_ms * 1e3, p50_ms * 1e3, p50_ms * 1.2e3,
-        p50_ms * 1.3e3, p50_ms * 2e3, 3, True, 0.4, dict.fromkeys(STAGES, 5.0), 100,
+def point(model: str, concurrency: int, rate: float, p50_ms: float) -> perf_analyzer.Point:
+    return perf_analyzer.Point(
+        model, concurrency, 1, 100, rate, p50_ms * 1e3, p50_ms * 1e3, p50_ms * 1.2e3,
+        p50_ms * 1.3e3, p50_ms * 2e3, True, dict.fromkeys(STAGES, 5.0),
     )  # fmt: skip
 
 
-def test_ratios_csv_and_plot() -> None:
+def test_ratios_csv_and_plot(tmp_path: Path) -> None:
     points = [point("m", 1, 100.0, 10.0), point("m_native", 1, 200.0, 4.0), point("m", 4, 300.0, 12.0)]
     assert perf.ratios(points, "m", "m_native") == [
         "native onnxruntime / m at c=1: p50 0.40x, throughput 2.00x"
     ]
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=perf.CSV_FIELDS)
-    writer.writeheader()
-    writer.writerows(perf.csv_rows(points))
-    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+    args = argparse.Namespace(json=None, csv=tmp_path / "p.csv", plot=None)
+    perf.write_reports(args, {"batch": 1}, points)
+    rows = list(csv.DictReader(io.StringIO(args.csv.read_text())))
     assert [row["model"] for row in rows] == ["m", "m_native", "m"] and rows[0]["server_queue_us"] == "5.0"
     svg = svg_plot(points, "m: latency against throughput")
     root = ElementTree.fromstring(svg)
@@ -354,129 +296,101 @@ def test_a_model_without_a_batch_axis_takes_its_whole_shape() -> None:
         "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 2010]}],
     }
     signature = ModelSignature.from_config(config)
-    [inputs], batch = perf.build_requests(signature, metadata, None, ["x:3,2010"])
+    [inputs], batch = build_requests(signature, metadata, None, ["x:3,2010"])
     assert batch == 1 and inputs["x"].shape == (3, 2010)
-    assert perf.expected_outputs(metadata, batch, batched=False) == [OutputSpec("y", "FP32", (-1, 2))]
+    assert expected_outputs(metadata, batch, batched=False) == [OutputSpec("y", "FP32", (-1, 2))]
     with pytest.raises(RequestError, match="input 'x' has open axes"):
-        perf.build_requests(signature, metadata, None)
+        build_requests(signature, metadata, None)
     with pytest.raises(RequestError, match="takes no batch axis"):
-        perf.build_requests(signature, metadata, 4, ["x:3,2010"])
+        build_requests(signature, metadata, 4, ["x:3,2010"])
 
 
-def test_gpu_figures_come_from_tritons_metrics_text() -> None:
-    text = """# HELP nv_gpu_utilization GPU utilization rate [0.0 - 1.0)
-# TYPE nv_gpu_utilization gauge
-nv_gpu_utilization{gpu_uuid="GPU-a"} 0.5
-nv_gpu_utilization{gpu_uuid="GPU-b"} 0.25
-nv_gpu_memory_used_bytes{gpu_uuid="GPU-a"} 1048576
-nv_gpu_memory_used_bytes{gpu_uuid="GPU-b"} 2097152
-nv_inference_count{model="m",version="1"} 7
-"""
-    assert perf.gpu_reading(text) == perf.GpuReading(0.375, 3 * 1048576.0)
-    assert perf.gpu_reading('nv_inference_count{model="m"} 7\n') is None  # a CPU host
+def test_load_ranges_are_perf_analyzers() -> None:
+    assert perf_analyzer.load_range(int, 1)("1:4") == [1, 2, 3, 4]
+    assert perf_analyzer.load_range(int, 1)("1:16:5") == [1, 6, 11, 16]
+    assert perf_analyzer.load_range(float, 0)("10:30") == [10.0, 30.0]
+    for text in ("0:4", "4:1", "1", "1:4:0", "a:b"):
+        with pytest.raises(argparse.ArgumentTypeError, match="START:END"):
+            perf_analyzer.load_range(int, 1)(text)
 
 
-def test_a_percentile_judges_stability_instead_of_the_mean() -> None:
-    """Windows whose means agree but whose tails do not: stable by the mean, not by p99."""
-    calm = tuple([0.001] * 99 + [0.002])
-    spiky = tuple([0.001] * 98 + [0.050, 0.050])
-    windows = [perf.Window(calm, 1.0), perf.Window(spiky, 1.0), perf.Window(calm, 1.0)]
-    assert perf.stable(windows, 100.0)  # the means: 1.01, 1.98 and 1.01 ms, within ±100 % of theirs
-    assert not perf.stable(windows, 100.0, percentile=99)  # p99: 1.01, 50 and 1.01 ms
+# perf_analyzer 2.41's -f CSV with --verbose-csv and --collect-metrics, as it wrote it for the demo here
+CSV = (
+    "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,"
+    "Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,"
+    "Avg latency,request/response,response wait,Avg GPU Utilization,Avg GPU Power Usage,Max GPU Memory Usage,"
+    "Total GPU Memory\n1,4292.7,4,201,50,16,530,125,1,793,1013,1201,4943,929,5,914,,,,\n"
+)
 
 
-def test_the_metrics_endpoint_is_guessed_only_beside_tritons_default_ports() -> None:
-    assert perf.metrics_address("10.0.0.5:8001") == "10.0.0.5:8002"
-    assert perf.metrics_address("127.0.0.1:31000") is None
+def test_a_point_is_perf_analyzers_csv_row() -> None:
+    row = perf_analyzer.read_csv_row(CSV)
+    got = perf_analyzer.point_from_csv(row, "demo", 4, 3868, percentile=95.0, concurrency=1)
+    assert (got.concurrency, got.batch, got.requests, got.infer_per_s) == (1, 4, 3868, 4292.7)
+    assert (got.p50_us, got.p99_us, got.avg_us, got.latency_us) == (793, 4943, 929, 1201)
+    assert got.server_us == {"queue": 50, "compute_input": 16, "compute_infer": 530, "compute_output": 125}
+    assert got.gpu_utilization is None and got.load == "c=1"
+    rated = perf_analyzer.point_from_csv(row, "demo", 4, 10, request_rate=250.0)
+    assert rated.load == "r=250" and rated.latency_us == 929
+    assert perf_analyzer.read_csv_row("") == {}
+    assert perf_analyzer.request_count("  Client:\n    Request count: 3868\n") == 3868
 
 
-def test_several_json_requests_are_sent_in_turn(tmp_path: Path) -> None:
-    """perf_analyzer's JSON input data with three requests: each a whole request (the first's made-up
-    inputs filled in), sent one after the other by whichever slot sends next."""
+def test_the_requests_are_perf_analyzers_json_input_data_row_by_row(tmp_path: Path) -> None:
+    """perf writes its requests as perf_analyzer's JSON (one entry a row, exact bytes); read back as
+    perf_analyzer reads it, they are the same requests."""
+    requests, batch = build_requests(SIGNATURE, META, 3, ["ids:5"], string_data="hi")
     path = tmp_path / "data.json"
-    rows = [{"ids": [[i, i]], "mask": [[1] * 16], "text": [["w"]]} for i in range(3)]
-    path.write_text(json.dumps({"data": rows}))
-    requests, batch = perf.build_requests(SIGNATURE, META, None, input_data=str(path))
-    assert batch == 1 and [r["ids"].tolist() for r in requests] == [[[0, 0]], [[1, 1]], [[2, 2]]]
-    args = argparse.Namespace(protocol="http", shared_memory="none", cuda_shm=False)
-    with perf.request_slots(args, requests, [], 4) as slots:
-        sent: list[Any] = []
-
-        class Client:
-            async def infer(self, model: str, inputs: list[Any], outputs: Any) -> Any:
-                sent.append(inputs)
-                return type("Result", (), {"get_response": lambda self: {"outputs": []}})()
-
-        load = perf.Load("http", "127.0.0.1:1", slots, 4)
-        load.client = Client()
-        target = perf.Target("m", [])
-        for _ in range(4):
-            asyncio.run(load.ask(target, 0))  # one slot asks each time: the requests still take turns
-    assert [slots.index(next(s for s in slots if s[0] is inputs)) for inputs in sent] == [0, 1, 2, 0]
+    path.write_text(json.dumps(perf_analyzer.input_data(requests, batched=True)))
+    metas = {meta.name: meta for meta in tensor_metas(META, "inputs")}
+    entries, rows = read_json_input_data(path, metas, batched=True)
+    assert rows and len(entries) == batch == 3
+    for name, array in requests[0].items():
+        assert (np.concatenate([entry[name] for entry in entries]) == array).all(), name
 
 
-def test_with_shared_memory_each_slot_sends_its_own_region_set_of_every_request_in_turn() -> None:
-    """request_slots lays out R region sets per slot, slot-major; a slot takes its own in turn, so two
-    slots in flight never share a region and every request is sent."""
-    slots: list[tuple[list[Any], list[Any]]] = [
-        ([f"slot{k}-request{r}"], []) for k in range(2) for r in range(3)
-    ]
-    sent: list[Any] = []
+def test_perf_analyzers_command_carries_perfs_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(perf_analyzer, "find_perf_analyzer", lambda: ("/bin/pa", ""))
+    args = perf.build_parser("perf").parse_args(
+        [
+            *("m", "-u", "h:1", "-i", "grpc", "-p", "500", "-s", "5", "--max-trials", "4"),
+            *("--percentile", "95", "--shared-memory", "system", "--metrics-url", "h:2"),
+        ]
+    )
+    args.request_rate = None
+    target = perf_analyzer.Target("m", [OutputSpec("y", "FP32", (8, 4))])
+    command = perf_analyzer.perf_analyzer_command(args, target, 8, 4, tmp_path / "d.json", tmp_path / "o.csv")
+    text = " ".join(command)
+    assert text.startswith("/bin/pa -m m -u h:1 -i grpc -b 8 --input-data")
+    for part in ("--concurrency-range 4:4", "-p 500 -s 5 --max-trials 4", "--percentile 95"):
+        assert part in text, text
+    assert "--shared-memory system --output-shared-memory-size 2048" in text
+    assert "--collect-metrics --metrics-url http://h:2/metrics" in text
+    args.request_rate, args.distribution = [100.0], "poisson"
+    text = " ".join(
+        perf_analyzer.perf_analyzer_command(args, target, 8, 100.0, tmp_path / "d", tmp_path / "o")
+    )
+    assert "--request-rate-range 100:100 --request-distribution poisson" in text
 
-    class Client:
-        async def infer(self, model: str, inputs: list[Any], outputs: Any) -> Any:
-            sent.append(inputs[0])
-            return type("Result", (), {"get_response": lambda self: {"outputs": []}})()
 
-    load = perf.Load("http", "127.0.0.1:1", slots, 2, outputs_in_shared_memory=True)
-    load.client = Client()
-    target = perf.Target("m", [])
-    for slot in (1, 1, 0, 1, 1):
-        asyncio.run(load.ask(target, slot))
-    assert sent == [
-        "slot1-request0",
-        "slot1-request1",
-        "slot0-request0",
-        "slot1-request2",
-        "slot1-request0",
-    ]
-
-
-def test_open_loop_load_with_region_sets_never_shares_one_between_requests_in_flight() -> None:
-    """--request-rate with shared memory and several JSON requests: at most one request in flight per slot,
-    each on its slot's own region sets, however many region sets the requests add."""
-    slots: list[tuple[list[Any], list[Any]]] = [
-        ([f"slot{k}-request{r}"], []) for k in range(2) for r in range(3)
-    ]
-    in_flight: set[str] = set()
-    shared: list[str] = []
-    most = 0
-
-    class Client:
-        async def infer(self, model: str, inputs: list[Any], outputs: Any) -> Any:
-            nonlocal most
-            region_set = inputs[0]
-            slot = region_set.split("-")[0]
-            if slot in {busy.split("-")[0] for busy in in_flight}:
-                shared.append(region_set)
-            in_flight.add(region_set)
-            most = max(most, len(in_flight))
-            await asyncio.sleep(0.005)
-            in_flight.discard(region_set)
-            return type("Result", (), {"get_response": lambda self: {"outputs": []}})()
-
-    load = perf.Load("http", "127.0.0.1:1", slots, 2, outputs_in_shared_memory=True)
-    load.client = Client()
-
-    async def windows(target: Any, label: str, drive: Any, batch: int, args: Any) -> perf.Point:
-        stopping = asyncio.Event()
-        task = asyncio.create_task(drive([], stopping))
-        await asyncio.sleep(0.2)
-        stopping.set()
-        await task
-        return point("m", 1, 1.0, 1.0)
-
-    load._windows = windows  # type: ignore[assignment]
-    args = argparse.Namespace(seed=1, distribution="constant")
-    asyncio.run(load.point_at_rate(perf.Target("m", []), 2000.0, 1, args))
-    assert shared == [] and most == 2
+def test_without_perf_analyzer_perf_is_one_line_with_the_fix(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    broken = tmp_path / "perf_analyzer"
+    broken.write_text("#!/bin/sh\necho 'error while loading shared libraries: libb64.so.0d' >&2; exit 127\n")
+    broken.chmod(0o755)
+    perf_analyzer.find_perf_analyzer.cache_clear()
+    try:
+        path, why = perf_analyzer.find_perf_analyzer()
+        assert path is None and "libb64.so.0d" in why and "make perf-analyzer" in why
+        with pytest.raises(SystemExit) as stopped:
+            perf.main(["m"])
+    finally:
+        perf_analyzer.find_perf_analyzer.cache_clear()
+    assert stopped.value.code == 1
+    error = capsys.readouterr().err
+    assert len(error.strip().splitlines()) == 1 and "Fix: make perf-analyzer" in error

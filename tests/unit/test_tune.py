@@ -5,26 +5,24 @@ runs the real ones)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from tests.support.paths import demo_onnx
-from triton_ort.cli import perf, tune
+from triton_ort.cli import perf_analyzer, tune
 from triton_ort.cli.request_checks import RequestError
 from triton_ort.harness.repository import write_config
 
 
-def _point(rate: float, latency_ms: float, concurrency: int = 8) -> perf.Point:
-    return perf.Point(
-        "m", concurrency, 1, 10, 1.0, rate, rate, latency_ms * 1e3, latency_ms * 1e3, latency_ms * 1e3,
-        latency_ms * 1e3, latency_ms * 1e3, 3, True, 0.1, latency_us=latency_ms * 1e3,
+def _point(rate: float, latency_ms: float, concurrency: int = 8) -> perf_analyzer.Point:
+    return perf_analyzer.Point(
+        "m", concurrency, 1, 10, rate, latency_ms * 1e3, latency_ms * 1e3, latency_ms * 1e3,
+        latency_ms * 1e3, latency_ms * 1e3, latency_us=latency_ms * 1e3,
     )  # fmt: skip
 
 
@@ -127,46 +125,36 @@ def test_levers_not_named_are_not_moved() -> None:
 
 
 def test_tune_measures_as_perf_does_with_perfs_own_options(tmp_path: Path) -> None:
-    """tune takes perf's measurement options (one definition, perf.add_measurement_options), system shared
-    memory included, and refuses the same contradictions."""
+    """tune takes perf's measurement options (one definition, perf_analyzer.add_measurement_options),
+    system shared memory included, and refuses the same contradictions."""
     parser = tune.build_parser("triton-ort tune")
     args = parser.parse_args([str(tmp_path), "--shared-memory", "system", "-i", "grpc", "--percentile", "95"])
-    perf.resolve_shared_memory(parser, args)
+    perf_analyzer.resolve_shared_memory(parser, args)
     assert (args.shared_memory, args.protocol, args.percentile) == ("system", "grpc", 95.0)
     assert (args.measurement_interval, args.max_windows) == (1000.0, 6)  # tune's shorter windows
     server = argparse.Namespace(grpc_url="127.0.0.1:1", http_url="127.0.0.1:2", metrics_port=3)
     assert tune._perf_args(args, server).shared_memory == "system"  # type: ignore[arg-type]
     args = parser.parse_args([str(tmp_path), "--cuda-shm", "--shared-memory", "system"])
     with pytest.raises(SystemExit):
-        perf.resolve_shared_memory(parser, args)
+        perf_analyzer.resolve_shared_memory(parser, args)
 
 
-def test_tune_sends_every_request_of_the_input_data_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
-    """perf_analyzer's JSON input data with several requests: tune's load takes them all, as perf's does
-    (it took the first alone before)."""
-    seen: dict[str, Any] = {}
-
-    class RecordingLoad:
-        def __init__(self, *arguments: Any) -> None:
-            seen["slots"], seen["requests"] = len(arguments[2]), arguments[-1]
-
-        async def __aenter__(self) -> RecordingLoad:
-            return self
-
-        async def __aexit__(self, *exc: object) -> None:
-            return None
-
-        async def point(self, target: perf.Target, concurrency: int, batch: int, args: Any) -> perf.Point:
-            return _point(100.0, 1.0, concurrency)
-
-    monkeypatch.setattr(perf, "Load", RecordingLoad)
-    requests = [{"x": np.full((1, 4), i, np.float32)} for i in range(3)]
-    args = argparse.Namespace(
-        protocol="http", url="127.0.0.1:1", shared_memory="none", cuda_shm=False, metrics_url=None
+def test_tune_takes_perfs_input_options_and_needs_perf_analyzer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--shape, --input-data and --range come from perf's one definition; without perf_analyzer tune stops
+    in one line with the fix, before any server starts."""
+    (tmp_path / "config.pbtxt").write_text('backend: "onnxruntime_zerocopy"\n')
+    parser = tune.build_parser("triton-ort tune")
+    args = parser.parse_args([str(tmp_path), "--shape", "x:4", "--input-data", "d.json", "--range", "x=0:3"])
+    assert (args.shape, args.input_data, args.range) == (["x:4"], "d.json", ["x=0:3"])
+    monkeypatch.setattr(
+        tune, "find_perf_analyzer", lambda: (None, "perf_analyzer: none. Fix: make perf-analyzer")
     )
-    points = asyncio.run(tune._points(args, requests, perf.Target("m", []), 1, [1, 2]))
-    assert [p.concurrency for p in points] == [1, 2]
-    assert seen["slots"] == 3 and [r["x"][0, 0] for r in seen["requests"]] == [0.0, 1.0, 2.0]
+    monkeypatch.setattr(tune, "search", lambda *a, **k: pytest.fail("a candidate was started"))
+    with pytest.raises(SystemExit) as stopped:
+        tune.main([str(tmp_path)])
+    assert stopped.value.code == 1 and "Fix: make perf-analyzer" in capsys.readouterr().err
 
 
 def test_the_three_line_config_gets_the_winning_queue_delay(tmp_path: Path) -> None:

@@ -20,20 +20,22 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
+from triton_ort.cli.args import DEFAULT_URLS, OneLineParser, host_port, one_line, positive_int
 from triton_ort.cli.request_checks import ModelSignature, RequestError
 from triton_ort.cli.request_data import (
     INPUT_DATA_MODES,
     add_request_data_options,
     check_range_names,
     generated,
+    json_requests,
     parse_ranges_option,
-    read_json_input_data,
+    read_npz,
     sized_by_shape,
 )
 from triton_ort.harness.reference import compare
@@ -46,8 +48,6 @@ from triton_ort.harness.transport import (
     tensor_metas,
 )
 from triton_ort.model.input_ranges import describe, value_ranges
-
-DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 
 
 def _read_npy(item: str, signature: ModelSignature) -> tuple[str, NDArray[Any]]:
@@ -64,32 +64,25 @@ def _read_npy(item: str, signature: ModelSignature) -> tuple[str, NDArray[Any]]:
     return name, array
 
 
-def _read_npz(path: Path) -> dict[str, NDArray[Any]]:
-    """--inputs FILE.npz: arrays named as the model's inputs (np.savez(path, **inputs))."""
-    try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise RequestError(f"--inputs {path}: cannot read it as an .npz of arrays ({error})") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise RequestError(
-            f"--inputs {path}: one array (.npy); expected an .npz of inputs by name (or --input NAME={path})"
-        )
-    with archive:
-        return dict(archive)
-
-
 def _open_inner_axes(meta: TensorMeta, batched: bool) -> bool:
     return any(d < 0 for d in meta.shape[1 if batched else 0 :])
 
 
-def _files(args: argparse.Namespace, signature: ModelSignature, datatypes: dict[str, str]) -> dict[str, Any]:
+def _files(
+    args: argparse.Namespace, signature: ModelSignature, metas: dict[str, TensorMeta]
+) -> tuple[dict[str, Any], list[str]]:
     """The inputs given as files: --inputs FILE.npz, --input-data FILE (.npz, or perf_analyzer's JSON: its
-    first request's data), --input NAME=FILE.npy."""
-    given = _read_npz(args.inputs) if args.inputs else {}
-    data = args.input_data
+    first request's data), --input NAME=FILE.npy; and the --shape items left for the other inputs."""
+    given = read_npz(args.inputs) if args.inputs else {}
+    data, shapes = args.input_data, list(args.shape)
     if data not in INPUT_DATA_MODES:
         path = Path(data)
-        more = read_json_input_data(path, datatypes)[0] if path.suffix == ".json" else _read_npz(path)
+        if path.suffix == ".json":
+            batched = signature.max_batch_size > 0
+            requests, shapes = json_requests(path, metas, batched, shapes, args.batch)
+            more = requests[0]
+        else:
+            more = read_npz(path)
         for name in more:
             if name in given:
                 raise RequestError(
@@ -101,7 +94,7 @@ def _files(args: argparse.Namespace, signature: ModelSignature, datatypes: dict[
             source = f"--inputs {args.inputs}" if args.inputs else f"--input-data {args.input_data}"
             raise RequestError(f"--input {name}=...: {name!r} is in {source} too; give it once")
         given[name] = array
-    return given
+    return given, shapes
 
 
 def _load_inputs(
@@ -127,10 +120,10 @@ def _load_inputs(
             print(line, file=sys.stderr)
     mode = args.input_data if args.input_data in INPUT_DATA_MODES else "random"
     batched = signature.max_batch_size > 0
-    given = _files(args, signature, datatypes)
+    given, shape_items = _files(args, signature, metas)
     batch = signature.check_inputs(given) if given else None
     shapes, batch, where = sized_by_shape(
-        args.shape, signature.model, metas, given, "the files", batched, batch, "the files' first axis"
+        shape_items, signature.model, metas, given, "the files", batched, batch, "the files' first axis"
     )
     if args.batch is not None and batch is not None and args.batch != batch:
         raise RequestError(f"--batch {args.batch}: the batch is {where}, {batch}; leave --batch out")
@@ -250,44 +243,6 @@ def run_infer(client: Any, args: argparse.Namespace) -> int:
             return 1
         print(f"OK: outputs match {args.expect}")
     return 0
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, with its errors as one line (the usage is one --help away)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}; see --help\n")
-
-
-def host_port(text: str) -> str:
-    """--url: host:port, checked here. tritonclient's own refusal of a scheme ends in a traceback from its
-    destructor, and gRPC wraps a port above 65535 silently (99999 dialled 34463)."""
-    if "://" in text:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give host:port without the scheme, such as {text.split('://', 1)[1].rstrip('/')!r}"
-        )
-    host, colon, port = text.rpartition(":")
-    if not colon or not host:
-        raise argparse.ArgumentTypeError(f"{text!r} is not host:port, such as 127.0.0.1:8000")
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r}: port {port!r} is not a number from 1 to 65535")
-    return text
-
-
-def positive_int(text: str) -> int:
-    """--batch: refused here, before any connection, when it cannot be a batch of any model."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (expected 1 or more)") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} (expected 1 or more)")
-    return value
-
-
-def one_line(error: BaseException) -> str:
-    """tritonclient's and gRPC's messages can span lines; a CLI error is one."""
-    return " ".join(str(error).split()) or type(error).__name__
 
 
 def _connection_options(parser: argparse.ArgumentParser, default: Any) -> None:

@@ -7,7 +7,7 @@ Triton 23.12 answers batch 0 with an INTERNAL error about the python backend, an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,8 @@ from google.protobuf import json_format
 from numpy.typing import NDArray
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import triton_to_np_dtype
+
+from triton_ort.harness.transport import tensor_metas
 
 
 class RequestError(ValueError):
@@ -140,3 +142,90 @@ class ModelSignature:
 def _wire_type(data_type: int) -> str:
     name = model_config_pb2.DataType.Name(data_type).removeprefix("TYPE_")
     return "BYTES" if name == "STRING" else name
+
+
+# --- answers: what perf and tune check of one answer before and after the load -----------------------
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """What an answer's output must look like: Triton's datatype and the shape with the batch filled in
+    (-1 where the model's axis is open)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SeenOutput:
+    """An output as an answer declares it; `nbytes` the bytes that came with it (None: in shared memory,
+    or not known)."""
+
+    datatype: str
+    shape: tuple[int, ...]
+    nbytes: int | None = None
+
+
+def expected_outputs(metadata: Mapping[str, Any], batch: int, batched: bool) -> list[OutputSpec]:
+    specs = []
+    for meta in tensor_metas(metadata, "outputs"):
+        shape = tuple(batch if (batched and axis == 0) else d for axis, d in enumerate(meta.shape))
+        specs.append(OutputSpec(meta.name, meta.datatype, shape))
+    return specs
+
+
+def _shape_text(shape: Sequence[int]) -> str:
+    return "[" + ", ".join(str(d) if d >= 0 else "any" for d in shape) + "]"
+
+
+def check_answer(expected: Sequence[OutputSpec], seen: Mapping[str, SeenOutput]) -> list[str]:
+    """What is wrong with an answer, in words (empty: nothing): an output missing or unasked for, another
+    datatype, another shape, or a byte count that does not match its shape."""
+    problems = []
+    for spec in expected:
+        got = seen.get(spec.name)
+        if got is None:
+            problems.append(f"output {spec.name!r} missing")
+            continue
+        if got.datatype != spec.datatype:
+            problems.append(f"output {spec.name!r}: datatype {got.datatype}, expected {spec.datatype}")
+        fits = len(got.shape) == len(spec.shape) and all(
+            e < 0 or e == g for e, g in zip(spec.shape, got.shape, strict=True)
+        )
+        if not fits:
+            problems.append(
+                f"output {spec.name!r}: shape {list(got.shape)}, expected {_shape_text(spec.shape)}"
+            )
+        elif got.nbytes is not None and got.datatype == spec.datatype and spec.datatype != "BYTES":
+            size = int(np.prod(got.shape)) * np.dtype(triton_to_np_dtype(spec.datatype)).itemsize
+            if got.nbytes != size:
+                problems.append(
+                    f"output {spec.name!r}: {got.nbytes} bytes for shape {list(got.shape)}, expected {size}"
+                )
+    names = {spec.name for spec in expected}
+    problems += [f"output {name!r}: not an output of the model" for name in seen if name not in names]
+    return problems
+
+
+def seen_outputs(result: Any, in_shared_memory: bool = False) -> dict[str, SeenOutput]:
+    """The outputs an InferResult (HTTP or gRPC, sync or async) declares, without decoding their data.
+    `in_shared_memory`: the outputs were requested into shared-memory regions (--cuda-shm); their bytes
+    are in the regions, so only datatype and shape can be checked (gRPC answers each with empty contents
+    and no parameter that says so)."""
+    response = result.get_response()
+    if isinstance(response, dict):  # HTTP: JSON header, binary data after it
+        return {
+            out["name"]: SeenOutput(
+                out["datatype"],
+                tuple(int(d) for d in out["shape"]),
+                None if in_shared_memory else out.get("parameters", {}).get("binary_data_size"),
+            )
+            for out in response.get("outputs", [])
+        }
+    raw = list(response.raw_output_contents)
+    known = not in_shared_memory and len(raw) == len(response.outputs)
+    return {
+        out.name: SeenOutput(out.datatype, tuple(int(d) for d in out.shape), len(raw[i]) if known else None)
+        for i, out in enumerate(response.outputs)
+    }

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -20,10 +21,10 @@ import numpy as np
 from numpy.typing import NDArray
 from tritonclient.utils import triton_to_np_dtype
 
-from triton_ort.cli.request_checks import RequestError
+from triton_ort.cli.request_checks import ModelSignature, RequestError
 from triton_ort.errors import ConfigError
 from triton_ort.harness.reference import random_values
-from triton_ort.harness.transport import TensorMeta
+from triton_ort.harness.transport import TensorMeta, tensor_metas
 from triton_ort.model.input_ranges import ValueRange, parse_range
 
 INPUT_DATA_MODES = ("random", "zero")
@@ -148,11 +149,87 @@ def generated(
     return random_values(datatype, shape, rng, value_range)
 
 
-def read_json_input_data(path: Path, datatypes: Mapping[str, str]) -> list[dict[str, NDArray[Any]]]:
-    """perf_analyzer's JSON input data: {"data": [{NAME: [values...] or {"content": [...], "shape": [...]},
-    ...}, ...]}, one entry per request's data. A flat list takes the input's shape from its "shape" or,
-    without one, stays flat (one axis); "shape" is the whole shape here, batch axis first where the model
-    batches."""
+def _json_value(where: str, value: Any, meta: TensorMeta) -> tuple[NDArray[Any], list[int] | None]:
+    """One input of an entry as perf_analyzer reads it: a list (flat or nested), {"content": LIST or
+    {"b64": TEXT}, "shape": [...]}, or {"b64": TEXT}; the values and the "shape" given (None: none)."""
+    shape = None
+    if isinstance(value, dict):
+        shape = value.get("shape")
+        content = value.get("content", value) if "content" in value or "b64" in value else None
+        if content is None:
+            raise RequestError(
+                f'{where}: expected a list, {{"content": ..., "shape": [...]}} or {{"b64": ...}}'
+            )
+    else:
+        content = value
+    string = meta.datatype == "BYTES"
+    if isinstance(content, dict) and "b64" in content:
+        try:
+            raw = base64.b64decode(content["b64"], validate=True)
+        except (ValueError, TypeError) as error:
+            raise RequestError(f"{where}: b64 content is not base64 ({error})") from None
+        if string:
+            array = np.array([raw], dtype=object)
+        else:
+            dtype = np.dtype(triton_to_np_dtype(meta.datatype))
+            if len(raw) % dtype.itemsize:
+                raise RequestError(f"{where}: {len(raw)} b64 bytes are not whole {meta.datatype} values")
+            array = np.frombuffer(raw, dtype).copy()
+    else:
+        try:
+            array = np.array(content, dtype=object if string else triton_to_np_dtype(meta.datatype))
+        except (ValueError, TypeError) as error:
+            raise RequestError(f"{where}: {error}") from None
+        if string:
+            array = np.vectorize(lambda v: v.encode() if isinstance(v, str) else v, otypes=[object])(array)
+    return array, shape
+
+
+def _json_array(
+    where: str, value: Any, meta: TensorMeta, batched: bool, dims: Mapping[str, Sequence[int]]
+) -> tuple[NDArray[Any], bool]:
+    """An input's array, batch axis first where the model batches, and whether it is one row (perf_analyzer's
+    form: a "shape" without the batch axis, or none) rather than a whole batch ("shape" with the batch axis
+    first, or a nested list of that rank)."""
+    array, shape = _json_value(where, value, meta)
+    own = list(dims.get(meta.name) or (meta.shape[1:] if batched else meta.shape))
+    if shape is None:
+        if array.ndim == len(own) + 1 and batched and array.ndim > 1:
+            return array, False
+        opened = [i for i, d in enumerate(own) if d < 0]
+        if len(opened) == 1 and array.size:  # one open axis: the rest of the values
+            fixed = int(np.prod([d for d in own if d >= 0]))
+            own[opened[0]] = array.size // fixed if array.size % fixed == 0 else -2
+        shape = own
+    if any(not isinstance(d, int) or d < 0 for d in shape):
+        raise RequestError(
+            f'{where}: the input\'s dims are {_text(own)}; give its "shape" (without the batch axis) or '
+            f"--shape {meta.name}:D1,..."
+        )
+    whole = batched and len(shape) == len(own) + 1
+    if len(shape) != len(own) and not whole:
+        raise RequestError(
+            f"{where}: shape {list(shape)}, expected {_text(own)} (the input's dims without the batch axis)"
+        )
+    try:
+        array = array.reshape(shape)
+    except ValueError:
+        raise RequestError(f"{where}: {array.size} values do not fill shape {list(shape)}") from None
+    return (array if whole or not batched else array[np.newaxis]), not whole
+
+
+def read_json_input_data(
+    path: Path,
+    metas: Mapping[str, TensorMeta],
+    batched: bool,
+    dims: Mapping[str, Sequence[int]] | None = None,
+) -> tuple[list[dict[str, NDArray[Any]]], bool]:
+    """perf_analyzer's JSON input data, read as perf_analyzer reads it: {"data": [{NAME: VALUE, ...}, ...]},
+    VALUE a list (flat, or nested), {"content": LIST or {"b64": TEXT}, "shape": [...]}, or {"b64": TEXT}; a
+    "shape" without the batch axis, or none (then the input's own dims, open ones from `dims`, --shape, or
+    from the values where one axis is open). Each entry's arrays batch axis first where the model batches,
+    and whether the entries are single rows (perf_analyzer's form, batched_rows makes requests of them) or,
+    a "shape" with the batch axis first, whole requests each."""
     try:
         document = json.loads(path.read_text())
         steps = document["data"]
@@ -163,31 +240,162 @@ def read_json_input_data(path: Path, datatypes: Mapping[str, str]) -> list[dict[
             f'--input-data {path}: not perf_analyzer\'s JSON input data {{"data": [{{NAME: values}}, ...]}} '
             f"({error})"
         ) from None
-    requests = []
+    requests, forms = [], set()
     for index, step in enumerate(steps):
         if not isinstance(step, dict):
             raise RequestError(f"--input-data {path}: data[{index}] is not an object of inputs by name")
         arrays = {}
         for name, value in step.items():
-            if name not in datatypes:
+            if name not in metas:
                 raise RequestError(
                     f"--input-data {path}: data[{index}] has {name!r}, which is no input of the model "
-                    f"({', '.join(datatypes)})"
+                    f"({', '.join(metas)})"
                 )
-            content, shape = (
-                (value.get("content"), value.get("shape")) if isinstance(value, dict) else (value, None)
-            )
-            dtype = object if datatypes[name] == "BYTES" else triton_to_np_dtype(datatypes[name])
-            array = np.array(content, dtype=dtype)
-            if dtype is object:
-                array = np.vectorize(lambda v: v.encode() if isinstance(v, str) else v, otypes=[object])(
-                    array
-                )
-            if shape is not None:
-                try:
-                    array = array.reshape(shape)
-                except ValueError as error:
-                    raise RequestError(f"--input-data {path}: data[{index}] {name!r}: {error}") from None
-            arrays[name] = array
+            where = f"--input-data {path}: data[{index}] {name!r}"
+            arrays[name], row = _json_array(where, value, metas[name], batched, dims or {})
+            forms.add(row)
         requests.append(arrays)
+    if len(forms) > 1:
+        raise RequestError(
+            f'--input-data {path}: some "shape"s have the batch axis and some not; give every one without it'
+        )
+    return requests, forms != {False} and batched
+
+
+def batched_rows(entries: Sequence[dict[str, NDArray[Any]]], batch: int) -> list[dict[str, NDArray[Any]]]:
+    """Requests of `batch` rows from single-row entries, as perf_analyzer fills a batch: consecutive
+    entries, from the first again after the last; as many requests as the entries fill (at least one)."""
+    count = max(1, -(-len(entries) // batch))
+    requests = []
+    for first in range(0, count * batch, batch):
+        rows = [entries[(first + k) % len(entries)] for k in range(batch)]
+        requests.append({name: np.concatenate([row[name] for row in rows]) for name in rows[0]})
     return requests
+
+
+def json_requests(
+    path: Path, metas: Mapping[str, TensorMeta], batched: bool, shapes: Sequence[str], batch: int | None
+) -> tuple[list[dict[str, NDArray[Any]]], list[str]]:
+    """--input-data FILE.json with --shape and the batch, as perf_analyzer takes them: the requests (single
+    rows made into batches of `batch`, default 1; whole batches as they are), and the --shape items left for
+    the inputs the file does not give (a --shape of an input it gives sizes its open axes)."""
+    dims = {}
+    for item in shapes:
+        name, given = parse_shape(item)
+        if name in metas:
+            own = metas[name].shape[1:] if batched else metas[name].shape
+            dims[name] = given[1:] if batched and len(given) == len(own) + 1 else given
+    entries, rows = read_json_input_data(path, metas, batched, dims)
+    named = {name for entry in entries for name in entry}
+    rest = [item for item in shapes if parse_shape(item)[0] not in named]
+    return (batched_rows(entries, batch or 1) if rows else entries), rest
+
+
+def _strings(shape: tuple[int, ...], rng: np.random.Generator, text: str | None) -> NDArray[Any]:
+    """A BYTES input: --string-data everywhere, or random lowercase words of 8 letters."""
+    count = int(np.prod(shape))
+    if text is not None:
+        words = [text.encode()] * count
+    else:
+        letters = rng.integers(ord("a"), ord("z") + 1, (count, 8), dtype=np.uint8)
+        words = [row.tobytes() for row in letters]
+    array = np.empty(count, dtype=object)
+    array[:] = words
+    return array.reshape(shape)
+
+
+def read_npz(path: Path) -> dict[str, NDArray[Any]]:
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise RequestError(f"--inputs {path}: cannot read it as an .npz of arrays ({error})") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise RequestError(f"--inputs {path}: one array (.npy); expected an .npz of inputs by name")
+    with archive:
+        arrays = dict(archive)
+    # np.savez writes Python strings as unicode arrays; a BYTES input is sent as UTF-8 bytes
+    return {
+        name: np.vectorize(str.encode, otypes=[object])(array) if array.dtype.kind == "U" else array
+        for name, array in arrays.items()
+    }
+
+
+def build_requests(
+    signature: ModelSignature,
+    metadata: Mapping[str, Any],
+    batch: int | None,
+    shapes: Sequence[str] = (),
+    npz: Path | None = None,
+    string_data: str | None = None,
+    seed: int = 0,
+    input_data: str = "random",
+    ranges: Mapping[str, ValueRange] | None = None,
+) -> tuple[list[dict[str, NDArray[Any]]], int]:
+    """The requests to send in turn, and their batch. The first: --inputs (or --input-data FILE) arrays as
+    given, --shape inputs and every other required input made up (random or zero; integers within
+    `ranges`, request_data), optional ones left out, all checked against the model's config. perf_analyzer's
+    JSON input data (--input-data FILE.json, read as perf_analyzer reads it: json_requests) gives requests
+    of its entries: each later one replaces the arrays it gives in the first, all of one batch."""
+    metas = {meta.name: meta for meta in tensor_metas(metadata, "inputs")}
+    batched = signature.max_batch_size > 0
+    given = read_npz(npz) if npz else {}
+    source = f"--inputs {npz}"
+    later: list[dict[str, NDArray[Any]]] = []  # the JSON file's later entries
+    if input_data not in INPUT_DATA_MODES:
+        path = Path(input_data)
+        if path.suffix == ".json":
+            (more, *later), shapes = json_requests(path, metas, batched, shapes, batch)
+        else:
+            more = read_npz(path)
+        if set(more) & set(given):
+            raise RequestError(
+                f"--input-data {input_data} and --inputs {npz} both give {sorted(set(more) & set(given))}"
+            )
+        given.update(more)
+        source = f"--input-data {input_data}"
+    if given:
+        rows = signature.check_inputs(given)  # names, dtypes, shapes; the batch is their first axis
+        if batch is not None and batch != rows:
+            raise RequestError(
+                f"-b {batch} with {source}: its arrays' batch (first axis) is {rows}; leave -b out"
+            )
+        batch = rows
+    where = "the batch -b gives" if not given else f"{source}'s first axis"
+    dims, batch, _ = sized_by_shape(shapes, signature.model, metas, given, source, batched, batch, where)
+    batch = 1 if batch is None else batch
+    signature.check_batch(batch, "-b {}")
+    rng = np.random.default_rng(seed)
+    mode = input_data if input_data in INPUT_DATA_MODES else "random"
+    inputs: dict[str, NDArray[Any]] = {}
+    for name, meta in metas.items():
+        if name in given:
+            inputs[name] = given[name]
+            continue
+        own = meta.shape[1:] if batched else meta.shape
+        if name in dims:
+            shape = dims[name]
+        elif name in signature.optional_inputs:
+            continue  # the model's own default applies
+        elif any(d < 0 for d in own):
+            example = ",".join(str(d) if d >= 0 else "16" for d in own)
+            raise RequestError(
+                f"input {name!r} has open axes {_text(own)} (without the batch axis): give their size "
+                f"with --shape {name}:{example} (for example), or the data in --inputs FILE.npz"
+            )
+        else:
+            shape = own
+        full = (batch, *shape) if batched else shape
+        if meta.datatype == "BYTES":
+            inputs[name] = _strings(full, rng, string_data)
+        else:
+            inputs[name] = generated(meta.datatype, full, rng, mode, (ranges or {}).get(name))
+    signature.check_inputs(inputs)
+    requests = [inputs]
+    for index, entry in enumerate(later, start=1):
+        request = {**inputs, **entry}
+        if signature.check_inputs(request) != batch:
+            raise RequestError(
+                f"--input-data {input_data}: data[{index}] is not of the first entry's batch {batch}"
+            )
+        requests.append(request)
+    return requests, batch

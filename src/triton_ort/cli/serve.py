@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from triton_ort.cli.args import positive
 from triton_ort.harness.checks import PYTHON_BACKENDS, ServerStartError
 from triton_ort.harness.server import (
     DEFAULT_PORTS,
@@ -44,14 +45,7 @@ def _startup_timeout_default() -> float:
         raise SystemExit(f"{STARTUP_TIMEOUT_ENV}={text!r} is not a number of seconds") from None
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected more than 0 seconds")
-    return value
+_positive_seconds = positive(float, "more than 0 seconds")
 
 
 class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):

@@ -1,6 +1,6 @@
 """`triton-ort tune MODEL_DIR`: model-analyzer's job for this backend. It serves the model under candidate
-configs, each on a server of its own, measures each with perf's engine (triton_ort.cli.perf) at your batch
-sizes and concurrencies, ranks them by throughput within a latency budget, reports every candidate, and
+configs, each on a server of its own, measures each as perf does (through Triton's perf_analyzer) at your
+batch sizes and concurrencies, ranks them by throughput within a latency budget, reports every candidate, and
 writes the winner as config.tuned.pbtxt beside the model (--write: as config.pbtxt, the old one kept as
 config.pbtxt.bak).
 
@@ -18,7 +18,6 @@ sizes; a candidate fits the budget when every point's latency (the mean, or --pe
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import shutil
@@ -35,10 +34,12 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import triton_to_np_dtype
 
-from triton_ort.cli import perf
+from triton_ort.cli import perf, perf_analyzer
+from triton_ort.cli.args import positive
 from triton_ort.cli.config import completed_config
-from triton_ort.cli.request_checks import ModelSignature, RequestError
-from triton_ort.cli.request_data import add_request_data_options, parse_ranges_option
+from triton_ort.cli.perf_analyzer import find_perf_analyzer
+from triton_ort.cli.request_checks import ModelSignature, RequestError, expected_outputs
+from triton_ort.cli.request_data import build_requests, parse_ranges_option
 from triton_ort.errors import ConfigError
 from triton_ort.harness.checks import ServerStartError
 from triton_ort.harness.processes import MIB, MemorySnapshot
@@ -125,7 +126,7 @@ class Candidate:
 @dataclass
 class Result:
     candidate: Candidate
-    points: list[perf.Point] = field(default_factory=list)
+    points: list[perf_analyzer.Point] = field(default_factory=list)
     gpu_mib: float | None = None
     rss_mib: float = 0.0
     error: str | None = None
@@ -164,13 +165,15 @@ def _serving_repository(model_dir: Path, config: model_config_pb2.ModelConfig, r
 
 
 def _perf_args(args: argparse.Namespace, server: LocalTritonServer) -> argparse.Namespace:
-    """tune's options (perf's measurement options among them: perf.add_measurement_options) with this
+    """tune's options (perf's measurement options among them: perf_analyzer.add_measurement_options) with this
     server's addresses."""
     return argparse.Namespace(
         **{
             **vars(args),
             "url": server.grpc_url if args.protocol == "grpc" else server.http_url,
-            "metrics_url": f"127.0.0.1:{server.metrics_port}",
+            "metrics_url": f"127.0.0.1:{server.metrics_port}" if gpu_present() else None,
+            "request_rate": None,
+            "latency_threshold": None,
         }
     )
 
@@ -203,54 +206,34 @@ def measure(
             return result, output_bytes
         try:
             assert server.process is not None
-            client = make_client("http", server.http_url)
+            client = make_client(
+                args.protocol, server.grpc_url if args.protocol == "grpc" else server.http_url
+            )
             metadata = model_metadata(client, config.name)
             served = model_config(client, config.name)
             signature = ModelSignature.from_config(served)
+            perf_args = _perf_args(args, server)
             batched = signature.max_batch_size > 0
             inputs_of = [(m.name, m.datatype) for m in tensor_metas(metadata, "inputs")]
             ranges = value_ranges(inputs_of, served, parse_ranges_option(args.range))
-            perf_args = _perf_args(args, server)
             for batch in args.batch:
-                requests, batch = perf.build_requests(
+                requests, batch = build_requests(
                     signature, metadata, batch if batched else None, args.shape, None, None, 0,
                     input_data=args.input_data, ranges=ranges,
                 )  # fmt: skip
                 output_bytes = max(output_bytes, _output_bytes(metadata, batch, batched))
-                target = perf.Target(config.name, perf.expected_outputs(metadata, batch, batched))
-                result.points += asyncio.run(_points(perf_args, requests, target, batch, args.concurrency))
+                target = perf_analyzer.Target(config.name, expected_outputs(metadata, batch, batched))
+                result.points += perf.measure(
+                    perf_args, client, [target], requests, batch, batched, args.concurrency
+                )
             snapshot = MemorySnapshot.of(server.process.pid)
             result.rss_mib = snapshot.rss_total / MIB
             result.gpu_mib = None if snapshot.gpu_total is None else snapshot.gpu_total / MIB
-        except (perf.PerfError, RequestError) as error:
+        except (perf_analyzer.PerfError, RequestError) as error:
             result.error = str(error)
         finally:
             server.stop()
     return result, output_bytes
-
-
-async def _points(
-    perf_args: argparse.Namespace,
-    requests: list[dict[str, Any]],
-    target: perf.Target,
-    batch: int,
-    concurrencies: Sequence[int],
-) -> list[perf.Point]:
-    """Every request of the input data sent in turn, as perf sends them."""
-    points = []
-    with perf.request_slots(perf_args, requests, target.expected, max(concurrencies)) as slots:
-        async with perf.Load(
-            perf_args.protocol,
-            perf_args.url,
-            slots,
-            max(concurrencies),
-            perf_args.shared_memory != "none",
-            perf_args.metrics_url,
-            requests,
-        ) as load:
-            for concurrency in concurrencies:
-                points.append(await load.point(target, concurrency, batch, perf_args))
-    return points
 
 
 def stages(args: argparse.Namespace, gpu: bool) -> list[tuple[str, Any]]:
@@ -366,7 +349,6 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    positive = perf.positive
     parser.add_argument("model_dir", type=Path, help="the model folder: config.pbtxt and its version folders")
     parser.add_argument(
         "--batch",
@@ -415,13 +397,6 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="no candidate starts after this (default 20)",
     )
     parser.add_argument(
-        "--shape",
-        action="append",
-        default=[],
-        metavar="NAME:D1,D2,...",
-        help="an input's dims without the batch axis, for its open axes (as perf's)",
-    )
-    parser.add_argument(
         "--startup-timeout",
         type=positive(float, "seconds above 0"),
         default=300.0,
@@ -445,8 +420,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--plot", type=Path, metavar="FILE.svg", help="each candidate's latency against throughput (SVG)"
     )
-    perf.add_measurement_options(parser, measurement_interval_ms=1000.0, max_windows=6)
-    add_request_data_options(parser)
+    perf_analyzer.add_measurement_options(parser, measurement_interval_ms=1000.0, max_windows=6)
     return parser
 
 
@@ -459,7 +433,9 @@ def main(argv: list[str] | None = None, prog: str = "triton-ort tune") -> None:
         )
     if args.plot and args.plot.suffix.lower() != ".svg":
         parser.error(f"--plot {args.plot}: the plot is an SVG file; name it with .svg")
-    perf.resolve_shared_memory(parser, args)
+    perf_analyzer.resolve_shared_memory(parser, args)
+    if find_perf_analyzer()[0] is None:
+        parser.exit(1, f"{parser.prog}: error: {find_perf_analyzer()[1]}\n")
     args.concurrency = sorted(set(args.concurrency))
     exit_on_termination()  # SIGTERM unwinds: the candidate's server is stopped on the way out
     try:
