@@ -257,3 +257,73 @@ def test_preprocess_only_serves_just_the_outputs_the_config_lists(tmp_path: Path
     assert isinstance(result, dict), result
     assert list(result) == ["a_twice"]
     torch.testing.assert_close(result["a_twice"], (x + x).to(torch.float16))
+
+
+# A client input of any width, resized to the model's 2010 by preprocess, as images of several sizes are
+# resized to a CNN's: requests of different widths are different groups, yet their model inputs agree.
+RESIZING_HOOKS = """
+import torch
+from triton_ort import InputError
+
+INPUTS = {"raw": ("UINT8", [-1, -1])}
+OUTPUTS = {"top_scores": ("FP32", [-1, 2]), "top_classes": ("INT64", [-1, 2])}
+SEEN = []
+
+def preprocess(inputs):
+    raw = inputs["raw"]
+    SEEN.append(("pre", tuple(raw.shape)))
+    if raw.shape[1] == 7:
+        raise InputError("7 columns are refused")
+    x = torch.nn.functional.interpolate(raw[:, None, :].to(torch.float32), size=2010, mode="linear")
+    return {"np_script_embeddings": (x[:, 0, :] - 127.5) / 127.5}
+
+def postprocess(outputs, inputs):
+    SEEN.append(("post", tuple(outputs["np_logits"].shape), tuple(inputs["raw"].shape)))
+    scores, classes = torch.topk(torch.softmax(outputs["np_logits"], dim=1), 2, dim=1)
+    return {"top_scores": scores, "top_classes": classes}
+"""
+
+
+def _resizing_instance(tmp_path: Path) -> tuple[ModelInstance, list[Any]]:
+    config = example_config()
+    config["input"] = [{"name": "raw", "data_type": "TYPE_UINT8", "dims": ["-1"]}]
+    instance = instance_with(tmp_path, RESIZING_HOOKS, **{"input": config["input"]})
+    assert isinstance(instance.batch_runner, HookedRunner)
+    seen: list[Any] = instance.batch_runner.hooks.preprocess.__globals__["SEEN"]  # type: ignore[union-attr]
+    seen.clear()  # the warm-up ran the hooks
+    return instance, seen
+
+
+def _width_request(rows: int, width: int, seed: int) -> dict[str, torch.Tensor]:
+    rng = np.random.default_rng(seed)
+    return {"raw": torch.from_numpy(rng.integers(0, 250, (rows, width), dtype=np.uint8))}
+
+
+def test_groups_of_different_sizes_run_the_model_once_after_preprocess(tmp_path: Path) -> None:
+    instance, seen = _resizing_instance(tmp_path)
+    requests = [_width_request(1, 1000, 1), _width_request(2, 3000, 2), _width_request(3, 1000, 3)]
+    alone = [instance.infer([request])[0] for request in requests]
+    seen.clear()
+    runs_before = instance.runner.stats.ort_runs
+    results = instance.infer(requests)
+    # preprocess per group (the two of width 1000 together), one ORT run, postprocess per group
+    assert instance.runner.stats.ort_runs - runs_before == 1
+    assert seen == [
+        ("pre", (4, 1000)),
+        ("pre", (2, 3000)),
+        ("post", (4, 2), (4, 1000)),
+        ("post", (2, 2), (2, 3000)),
+    ]
+    for result, expected in zip(results, alone, strict=True):
+        assert isinstance(result, dict) and isinstance(expected, dict)
+        torch.testing.assert_close(result["top_scores"], expected["top_scores"], rtol=1e-5, atol=1e-6)
+        assert torch.equal(result["top_classes"], expected["top_classes"])
+
+
+def test_a_group_that_preprocess_refuses_fails_alone_when_groups_run_together(tmp_path: Path) -> None:
+    instance, _ = _resizing_instance(tmp_path)
+    requests = [_width_request(1, 1000, 1), _width_request(1, 7, 2), _width_request(2, 3000, 3)]
+    results = instance.infer(requests)
+    assert isinstance(results[1], InputError) and "7 columns are refused" in str(results[1])
+    assert isinstance(results[0], dict) and isinstance(results[2], dict)
+    assert results[2]["top_scores"].shape == (2, 2)

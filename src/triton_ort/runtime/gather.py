@@ -107,18 +107,54 @@ def run_one(runner: BatchRunner, tensors: Tensors) -> Result:
 
 def _run_gathered(runner: BatchRunner, group: Sequence[Tensors]) -> list[Result] | None:
     """One ORT run for the whole group, split back; None when it cannot be split or failed."""
-    batched = [name for name in group[0] if name not in runner.shared_inputs]
-    rows = [tensors[batched[0]].shape[0] for tensors in group]
-    total = sum(rows)
     try:  # the joint inputs too may not fit (device memory): then each request runs, and fails, alone
         outputs = runner.run_batch(group)  # its members were checked one by one
     except Exception as error:
         LOGGER.info("gathered run of %d requests failed (%s); running them one by one", len(group), error)
         return None
+    # an output without a batch axis cannot be split per request
+    return _split(outputs, [_request_rows(tensors, runner.shared_inputs) for tensors in group])
+
+
+def _run_groups_together(
+    runner: BatchRunner, requests: Sequence[Tensors], groups: list[list[int]], results: list[Result | None]
+) -> bool:
+    """Groups that differ in shape in one ORT run, where the runner can make them agree (a hooked runner
+    whose preprocess resizes: HookedRunner.run_groups). Fills `results` and says True when it ran; False
+    when the runner cannot (the groups then run apart, as does every group after a failure here)."""
+    run_groups = getattr(runner, "run_groups", None)
+    if run_groups is None:
+        return False
+    try:
+        outputs = run_groups([[requests[i] for i in members] for members in groups])
+    except Exception as error:
+        LOGGER.info("joint run of %d groups failed (%s); running them apart", len(groups), error)
+        return False
+    if outputs is None:
+        return False
+    for members, group_outputs in zip(groups, outputs, strict=True):
+        if len(members) == 1:
+            results[members[0]] = group_outputs
+            continue
+        split = _split(group_outputs, [_request_rows(requests[i], runner.shared_inputs) for i in members])
+        if split is None:
+            return False
+        for index, answer in zip(members, split, strict=True):
+            results[index] = answer
+    return True
+
+
+def _request_rows(tensors: Tensors, shared: frozenset[str]) -> int:
+    return int(next(t for name, t in tensors.items() if name not in shared).shape[0])
+
+
+def _split(outputs: dict[str, Any], rows: list[int]) -> list[Result] | None:
+    """A joint run's outputs back per request; None when an output has no batch axis of that total."""
+    total = sum(rows)
     if any(len(t.shape) == 0 or t.shape[0] != total for t in outputs.values()):
-        return None  # an output without a batch axis cannot be split per request
-    starts = [sum(rows[:i]) for i in range(len(group) + 1)]
-    return [{name: t[starts[i] : starts[i + 1]] for name, t in outputs.items()} for i in range(len(group))]
+        return None
+    starts = [sum(rows[:i]) for i in range(len(rows) + 1)]
+    return [{name: t[starts[i] : starts[i + 1]] for name, t in outputs.items()} for i in range(len(rows))]
 
 
 def run_requests(runner: BatchRunner, requests: Sequence[Tensors], gather: bool) -> list[Result]:
@@ -139,6 +175,8 @@ def run_requests(runner: BatchRunner, requests: Sequence[Tensors], gather: bool)
             continue
         key = _group_key(tensors, runner.shared_inputs) if gather and runner.outputs_follow_batch else None
         groups.setdefault(("alone", index) if key is None else key, []).append(index)
+    if len(groups) > 1 and _run_groups_together(runner, requests, list(groups.values()), results):
+        return [result if result is not None else InferenceError("request was not run") for result in results]
     for members in groups.values():
         gathered = _run_gathered(runner, [requests[i] for i in members]) if len(members) > 1 else None
         for position, index in enumerate(members):

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..errors import InputError
+from ..errors import InferenceError, InputError
 from ..hooks.module import ClientSpecs, HookError, Hooks
 from ..model.signature import Tensors
 from .arrays import concatenate
@@ -102,12 +102,7 @@ class HookedRunner:
 
     def run_batch(self, requests: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         """One run of checked requests (several are concatenated first), with the hooks around it."""
-        if len(requests) == 1:
-            inputs = {name: self.runner.to_device(t) for name, t in requests[0].items()}
-            staged = any(inputs[name] is not t for name, t in requests[0].items())
-        else:  # the session reads what preprocess returns, so no buffer of the runner's is written here
-            inputs = concatenate(self.runner.arrays, requests, self.shared_inputs, {})
-            staged = True
+        inputs, staged = self._client_inputs(requests)
         model_inputs = inputs
         if self.hooks.preprocess is not None:
             model_inputs = _call(self._preprocess_name, self.hooks.preprocess, dict(inputs))
@@ -117,7 +112,55 @@ class HookedRunner:
         # The runner sees only what it stages itself: staging here (a staged input is a new tensor: a copy,
         # or the concatenation), or preprocess's kernels also queued the model's inputs on the stream.
         queued = staged or self.hooks.preprocess is not None
-        outputs = self.runner.run_checked(model_inputs, queued)
+        return self._finish(self.runner.run_checked(model_inputs, queued), inputs)
+
+    def run_groups(
+        self, groups: Sequence[Sequence[Mapping[str, torch.Tensor]]]
+    ) -> list[dict[str, torch.Tensor]] | None:
+        """Groups of checked requests whose client tensors differ beyond the batch axis (images of several
+        sizes) in ONE ORT run: preprocess runs per group (each group as run_batch concatenates it), and
+        where what it returns agrees on all but the batch axis (the images resized to the model's size),
+        those are concatenated and run once; postprocess then runs per group, on that group's rows of the
+        outputs and its own inputs. None when there is no preprocess or its results do not agree: each
+        group then runs on its own (gather.py). A failure raises: gathering then runs the groups apart,
+        so one group's bad request never fails another's."""
+        if self.hooks.preprocess is None or not self.client.batched or not self.outputs_follow_batch:
+            return None
+        client_inputs = [self._client_inputs(group)[0] for group in groups]
+        model_inputs = []
+        for inputs in client_inputs:
+            returned = _call(self._preprocess_name, self.hooks.preprocess, dict(inputs))
+            self._check_model_inputs(returned)
+            model_inputs.append(returned)
+        if len({_beyond_batch(m) for m in model_inputs}) != 1 or None in {
+            _beyond_batch(m) for m in model_inputs
+        }:
+            return None
+        rows = [_rows(m) for m in model_inputs]
+        joint = {name: torch.cat([m[name] for m in model_inputs]) for name in model_inputs[0]}
+        outputs = self.runner.run_checked(joint, True)  # preprocess and the concatenation queued them
+        total = sum(rows)
+        if any(t.dim() == 0 or t.shape[0] != total for t in outputs.values()):
+            raise InferenceError(f"the ONNX model's outputs do not have the {total} rows of the joint run")
+        starts = [sum(rows[:i]) for i in range(len(rows) + 1)]
+        return [
+            self._finish(
+                {name: t[starts[i] : starts[i + 1]] for name, t in outputs.items()}, client_inputs[i]
+            )
+            for i in range(len(rows))
+        ]
+
+    def _client_inputs(self, requests: Sequence[Mapping[str, torch.Tensor]]) -> tuple[Tensors, bool]:
+        """One request's tensors on the device, or several concatenated; and whether they were staged (a new
+        tensor: a copy or the concatenation)."""
+        if len(requests) == 1:
+            inputs = {name: self.runner.to_device(t) for name, t in requests[0].items()}
+            return inputs, any(inputs[name] is not t for name, t in requests[0].items())
+        # the session reads what preprocess returns, so no buffer of the runner's is written here
+        return concatenate(self.runner.arrays, requests, self.shared_inputs, {}), True
+
+    def _finish(self, outputs: Mapping[str, torch.Tensor], inputs: Tensors) -> dict[str, torch.Tensor]:
+        """postprocess (or the served outputs), checked, and placed."""
         if self.hooks.postprocess is not None:
             outputs = _call(self._postprocess_name, self.hooks.postprocess, outputs, inputs)
         else:  # the ONNX file may have outputs that config.pbtxt does not serve
@@ -171,6 +214,14 @@ class HookedRunner:
         if not self.output_placement.to_host(total):
             return placed
         return copy_to_host(placed, {}, self.runner.stats)
+
+
+def _beyond_batch(tensors: Mapping[str, torch.Tensor]) -> tuple[object, ...] | None:
+    """What model inputs must share to be concatenated along axis 0 (names, dtypes, devices, the other
+    axes); None when they have no common batch axis."""
+    if any(t.dim() == 0 for t in tensors.values()) or len({t.shape[0] for t in tensors.values()}) != 1:
+        return None
+    return tuple(sorted((name, t.dtype, t.device, tuple(t.shape[1:])) for name, t in tensors.items()))
 
 
 def _rows(tensors: Mapping[str, torch.Tensor]) -> int:
