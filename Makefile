@@ -151,7 +151,7 @@ lint: $(VENV_STAMP) ## ruff and mypy
 
 .PHONY: test
 test: models lint docker-lint perf-analyzer ## lint (code and docker/), unit and integration tests (GPU tests need CUDA)
-	$(PYTHON) -m pytest -q tests --ignore=tests/container
+	$(PYTHON) -m pytest -q tests --ignore=tests/container --ignore=tests/model_analyzer
 
 # The tiers, each under pytest-timeout (a limit per test, so a hung server fails the test instead of CI).
 .PHONY: test-unit
@@ -192,13 +192,27 @@ test-deploy: $(ENV_READY) ## the Kubernetes manifests' tests, with rclone (Debia
 	@$(PYTHON) -c "import moto.server" 2>/dev/null || $(PYTHON) -m pip install -q "moto[server]==5.2.5"
 	$(PYTHON) -m pytest -q tests/deploy
 
+# Model Analyzer in a venv of its own (its pins are not the project's: tritonclient, numpy), driving our
+# server through triton-ort-tritonserver and perf_analyzer (docs/model-analyzer.md).
+MODEL_ANALYZER_VENV := .venv-model-analyzer
+MODEL_ANALYZER_VERSION := 1.58.0
+
+$(MODEL_ANALYZER_VENV)/bin/model-analyzer:
+	$(PYTHON_BOOTSTRAP) -m venv $(MODEL_ANALYZER_VENV)
+	$(MODEL_ANALYZER_VENV)/bin/python -m pip install -q "triton-model-analyzer==$(MODEL_ANALYZER_VERSION)"
+
+.PHONY: test-model-analyzer
+test-model-analyzer: models perf-analyzer $(MODEL_ANALYZER_VENV)/bin/model-analyzer ## Model Analyzer profiles the demo through triton-ort-tritonserver (its own venv, about 4 minutes)
+	PATH="$(dir $(PERF_ANALYZER)):$$PATH" MODEL_ANALYZER=$(CURDIR)/$(MODEL_ANALYZER_VENV)/bin/model-analyzer \
+	  $(PYTHON) -m pytest -q -rs tests/model_analyzer
+
 .PHONY: test-gpu
 test-gpu: models ## the GPU tests alone (on a CUDA host)
 	$(PYTHON) -m pytest -q -m gpu tests
 
 .PHONY: clean
 clean: ## remove the venv, generated models and caches
-	rm -rf $(VENV) $(DEMO_ONNX) bench_repository results .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(MODEL_ANALYZER_VENV) $(DEMO_ONNX) bench_repository results .pytest_cache .ruff_cache .mypy_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 include docker/docker.mk

@@ -10,13 +10,16 @@
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh pipelines [args...] # client.bench_pipelines (docs/pipelines.md)
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh lanes         # profile_lanes + inflight_floor (docs/inflight.md)
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh inflight      # in-flight tests, shared-weight lanes, client.bench
+#   OUT=/tmp/gpu-out bash scripts/gpu_check.sh perf          # triton-ort perf beside plain perf_analyzer, CUDA shm
+#     (perf_analyzer from TRITON_ORT_PERF_ANALYZER or PATH; NATIVE_BACKEND=DIR: also passed to bench and
+#     pipelines as --native-backend)
 # Logs and summary-<mode>.txt go to $OUT (JUnit XML to a temporary folder); the summary table (tier, passed, failed, errors,
 # skipped, seconds) is printed last. Exit status non-zero if any tier failed or did not finish.
 set -uo pipefail
 MODE=${1:-}
 case "$MODE" in
-  tiers | reliability | bench | pipelines | lanes | inflight) shift ;;
-  *) echo "usage: OUT=DIR bash scripts/gpu_check.sh tiers|reliability|bench [models...]|pipelines [args...]|lanes|inflight" >&2; exit 2 ;;
+  tiers | reliability | bench | pipelines | lanes | inflight | perf) shift ;;
+  *) echo "usage: OUT=DIR bash scripts/gpu_check.sh tiers|reliability|bench [models...]|pipelines [args...]|lanes|inflight|perf" >&2; exit 2 ;;
 esac
 OUT=${OUT:-/tmp/gpu-out}
 HOST_PYTHON=${HOST_PYTHON:-python3}
@@ -32,6 +35,29 @@ PYTHON=$(command -v "$HOST_PYTHON")
 } 2>&1 | tee "$OUT/gpu-info-$MODE.txt"
 
 status=0
+NATIVE=()
+[ -n "${NATIVE_BACKEND:-}" ] && NATIVE=(--native-backend "$NATIVE_BACKEND")
+if [ "$MODE" = perf ]; then
+  # One server (the demo, two GPU instances), c=16, batch 4, gRPC, CUDA shared memory in and out:
+  # perf_analyzer run plainly and `triton-ort perf` (which runs it), interleaved, 3 rounds each
+  # (docs/benchmarks.md, "perf and perf_analyzer").
+  PA=${TRITON_ORT_PERF_ANALYZER:-$(command -v perf_analyzer)}
+  [ -n "$PA" ] || { echo "perf: no perf_analyzer (TRITON_ORT_PERF_ANALYZER=PATH)" >&2; exit 1; }
+  "$PYTHON" -m triton_ort.cli serve --model-repository model_repository --http-port 18700 --grpc-port 18701 \
+    --metrics-port 18702 > "$OUT/perf-serve.log" 2>&1 &
+  serve=$!
+  for _ in $(seq 180); do grep -q "tritonserver ready" "$OUT/perf-serve.log" && break; sleep 1; done
+  for round in 1 2 3; do
+    "$PA" -m demo -u 127.0.0.1:18701 -i grpc -b 4 --concurrency-range 16:16 -p 2000 -s 25 \
+      --shared-memory cuda -f "$OUT/perf-analyzer-$round.csv" \
+      >> "$OUT/perf-vs-perf-analyzer.log" 2>&1 || status=1
+    "$PYTHON" -m triton_ort.cli perf demo -u 127.0.0.1:18701 -i grpc -b 4 --concurrency 16 -p 2000 -s 25 \
+      --shared-memory cuda --json "$OUT/triton-ort-perf-$round.json" >> "$OUT/perf-vs-perf-analyzer.log" 2>&1 \
+      || status=1
+  done
+  kill -INT "$serve"; wait "$serve"
+  exit $status
+fi
 if [ "$MODE" = bench ]; then
   "$PYTHON" -m client.smoke --local 2>&1 | tee "$OUT/smoke.log" || status=1
   "$PYTHON" scripts/build_models.py --bench --out bench_repository --models ${*:-demo mlp4096} > /dev/null || exit 1
@@ -68,12 +94,12 @@ if [ "$MODE" = inflight ]; then
   "$PYTHON" -m diagnostics.profile_lanes --onnx bench_repository/mlp4096/1/model.onnx --batch 1024 \
     --lanes 1 4 --seconds 2 --shared-weights --json "$OUT/lanes-shared-mlp4096.json" 2>&1 \
     | tee -a "$OUT/inflight.log" || status=1
-  "$PYTHON" -m client.bench --models mlp4096 demo --skip-pytriton --out "$OUT/bench-inflight-gpu.json" \
+  "$PYTHON" -m client.bench --models mlp4096 demo --skip-pytriton "${NATIVE[@]}" --out "$OUT/bench-inflight-gpu.json" \
     2>"$OUT/bench-progress.log" | tee -a "$OUT/inflight.log" || status=1
   exit $status
 fi
 if [ "$MODE" = pipelines ]; then
-  "$PYTHON" -m client.bench_pipelines --out "$OUT/pipelines-gpu.json" "$@" \
+  "$PYTHON" -m client.bench_pipelines --out "$OUT/pipelines-gpu.json" "${NATIVE[@]}" "$@" \
     2>"$OUT/pipelines-progress.log" | tee "$OUT/pipelines.log"
   exit "${PIPESTATUS[0]}"
 fi
