@@ -336,6 +336,18 @@ def test_a_point_is_perf_analyzers_csv_row() -> None:
     assert perf_analyzer.request_count("  Client:\n    Request count: 3868\n") == 3868
 
 
+def test_gpu_metrics_are_read_as_perf_analyzer_writes_them_one_value_per_gpu() -> None:
+    """perf_analyzer's report writer puts `<gpu uuid>:<value>;` per GPU in each GPU column (its
+    report_writer_test.cc): on a GPU host `float()` of that failed and perf reported no GPU figures."""
+    row = {
+        **perf_analyzer.read_csv_row(CSV),
+        "Avg GPU Utilization": "GPU-8b1c:0.25;GPU-77aa:0.5;",
+        "Max GPU Memory Usage": "GPU-8b1c:1048576;GPU-77aa:2097152;",
+    }
+    got = perf_analyzer.point_from_csv(row, "demo", 4, 10, concurrency=1)
+    assert got.gpu_utilization == 0.5 and got.gpu_memory_mib == 3.0
+
+
 def test_the_requests_are_perf_analyzers_json_input_data_row_by_row(tmp_path: Path) -> None:
     """perf writes its requests as perf_analyzer's JSON (one entry a row, exact bytes); read back as
     perf_analyzer reads it, they are the same requests."""
@@ -379,6 +391,7 @@ def test_without_perf_analyzer_perf_is_one_line_with_the_fix(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("TRITON_ORT_PERF_ANALYZER", raising=False)  # as the GPU host's run sets it
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
     broken = tmp_path / "perf_analyzer"
     broken.write_text("#!/bin/sh\necho 'error while loading shared libraries: libb64.so.0d' >&2; exit 127\n")

@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,6 +159,19 @@ class Point:
         return f"r={self.request_rate:g}" if self.request_rate is not None else f"c={self.concurrency}"
 
 
+def per_gpu(row: Mapping[str, str], key: str, combine: Callable[[list[float]], float]) -> float | None:
+    """A GPU metric of perf_analyzer's CSV: one value per GPU, written `GPU-<uuid>:<value>;...` (a plain
+    number is taken as it is); None where the column is missing or empty."""
+    text = row.get(key, "").strip()
+    if not text:
+        return None
+    try:
+        values = [float(entry.rpartition(":")[2]) for entry in text.split(";") if entry.strip()]
+    except ValueError:
+        return None
+    return combine(values) if values else None
+
+
 def point_from_csv(row: Mapping[str, str], model: str, batch: int, requests: int, **more: Any) -> Point:
     """A Point from perf_analyzer's CSV row (perf_analyzer.read_csv_row)."""
 
@@ -171,7 +184,7 @@ def point_from_csv(row: Mapping[str, str], model: str, batch: int, requests: int
     average = number("Avg latency")
     average = average if average is not None else latency[50]
     chosen = more.get("percentile")
-    utilization, memory = number("Avg GPU Utilization"), number("Max GPU Memory Usage")
+    utilization, memory = per_gpu(row, "Avg GPU Utilization", max), per_gpu(row, "Max GPU Memory Usage", sum)
     return Point(
         model=model,
         concurrency=int(number("Concurrency") or more.pop("concurrency", 0) or 0),
