@@ -203,7 +203,7 @@ $(MODEL_ANALYZER_VENV)/bin/model-analyzer:
 
 .PHONY: test-model-analyzer
 test-model-analyzer: models perf-analyzer $(MODEL_ANALYZER_VENV)/bin/model-analyzer ## Model Analyzer profiles the demo through triton-ort-tritonserver (its own venv, about 4 minutes)
-	PATH="$(dir $(PERF_ANALYZER)):$$PATH" MODEL_ANALYZER=$(CURDIR)/$(MODEL_ANALYZER_VENV)/bin/model-analyzer \
+	PATH="$(abspath $(dir $(PERF_ANALYZER))):$$PATH" MODEL_ANALYZER=$(CURDIR)/$(MODEL_ANALYZER_VENV)/bin/model-analyzer \
 	  $(PYTHON) -m pytest -q -rs tests/model_analyzer
 
 .PHONY: test-gpu

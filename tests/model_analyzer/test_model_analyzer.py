@@ -18,7 +18,7 @@ from tests.support.paths import ROOT
 from triton_ort.harness.server import free_ports
 
 MODEL_ANALYZER = str(Path(os.environ["MODEL_ANALYZER"]).resolve()) if os.environ.get("MODEL_ANALYZER") else ""
-PERF_ANALYZER = shutil.which("perf_analyzer")
+PERF_ANALYZER = shutil.which("perf_analyzer") and str(Path(shutil.which("perf_analyzer") or "").resolve())
 
 
 @pytest.mark.skipif(not MODEL_ANALYZER, reason="MODEL_ANALYZER unset: make test-model-analyzer sets it")
