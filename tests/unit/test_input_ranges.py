@@ -125,7 +125,7 @@ def test_a_model_without_tables_serves_no_parameter(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("text", ["ids", "ids=1", "ids=a:b", "ids=5:1", "=0:1"])
 def test_a_range_that_cannot_be_read_is_refused_saying_the_form(text: str) -> None:
-    with pytest.raises(ConfigError, match="is not NAME=LO:HI with integers LO <= HI"):
+    with pytest.raises(ConfigError, match="is not NAME=LO:HI with numbers LO <= HI"):
         parse_ranges(text)
 
 
@@ -166,7 +166,12 @@ def test_infer_follows_the_served_ranges_and_says_which_with_verbose(
     assert got["kind"].max() <= 2 and set(np.unique(got["mask"])) <= {0, 1}
     lines = capsys.readouterr().err.splitlines()
     assert "input 'ids': integers 0 to 49 (the served config's parameter input_ranges)" in lines
-    assert any(line.startswith("input 'mask': integers 0 to 1 (no table found") for line in lines)
+    # where no range is known, -v says where the model's ranges are and how to give them
+    assert any(
+        line.startswith("input 'mask': integers 0 to 1 (no input_ranges in the served config")
+        and "triton-ort config" in line
+        for line in lines
+    )
     assert (_infer_inputs("--range", "ids=7:7")["ids"] == 7).all()
     assert not _infer_inputs("--input-data", "zero")["ids"].any()
     with pytest.raises(RequestError, match=r"--range idz=\.\.\.: the model has no input 'idz'"):
@@ -265,3 +270,34 @@ def test_json_input_data_that_does_not_fit_is_one_line(tmp_path: Path, value: An
     path = _json(tmp_path, [{"ids": value}])
     with pytest.raises(RequestError, match=re.escape(words)):
         read_json_input_data(path, METAS, batched=True)
+
+
+def test_a_float_input_takes_its_range_uniform_and_a_string_input_refuses_one() -> None:
+    """--range on a float input was silently ignored; on a BYTES input it is refused by name."""
+    ranges = value_ranges([("x", "FP32"), ("ids", "INT64")], CONFIG, {"x": (-0.5, 2.5)})
+    assert (ranges["x"].low, ranges["x"].high) == (-0.5, 2.5) and "uniform" in ranges["x"].why
+    values = generated("FP32", (256, 64), np.random.default_rng(0), "random", ranges["x"])
+    assert values.dtype == np.float32 and values.min() >= -0.5 and values.max() <= 2.5 and values.std() > 0.5
+    with pytest.raises(ConfigError, match=r"--range text=\.\.\.: input 'text' is BYTES"):
+        value_ranges([("text", "BYTES")], CONFIG, {"text": (0, 1)})
+    with pytest.raises(ConfigError, match="its ends must be integers"):
+        value_ranges([("ids", "INT64")], CONFIG, {"ids": (0, 1.5)})
+
+
+def test_tune_reads_the_ranges_from_the_model_folder_when_the_served_config_lacks_them(
+    tmp_path: Path,
+) -> None:
+    """Triton does not serve what auto-complete adds to parameters, so the served config of a short
+    config.pbtxt has no input_ranges; tune has the folder and reads them from the ONNX file."""
+    from triton_ort.cli.tune import graph_ranges
+
+    folder = tmp_path / "lookup"
+    (folder / "1").mkdir(parents=True)
+    graphs.embedding_lookup(folder / "1" / "model.onnx")
+    (folder / "config.pbtxt").write_text('backend: "onnxruntime_zerocopy"\nmax_batch_size: 8\n')
+    graph = graph_ranges(folder)
+    assert graph == {"ids": (0, 49), "kind": (0, 2)}
+    served_without = {**CONFIG, "parameters": {}}
+    ranges = value_ranges([("ids", "INT64"), ("mask", "INT64")], served_without, {}, graph)
+    assert (ranges["ids"].low, ranges["ids"].high) == (0, 49) and "ONNX file" in ranges["ids"].why
+    assert (ranges["mask"].low, ranges["mask"].high) == DEFAULT_RANGE

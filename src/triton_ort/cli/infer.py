@@ -33,6 +33,7 @@ from triton_ort.cli.request_data import (
     add_request_data_options,
     check_range_names,
     generated,
+    input_value_ranges,
     json_requests,
     parse_ranges_option,
     read_npz,
@@ -47,7 +48,7 @@ from triton_ort.harness.transport import (
     model_metadata,
     tensor_metas,
 )
-from triton_ort.model.input_ranges import describe, value_ranges
+from triton_ort.model.input_ranges import describe
 
 
 def _read_npy(item: str, signature: ModelSignature) -> tuple[str, NDArray[Any]]:
@@ -114,7 +115,7 @@ def _load_inputs(
     datatypes = {name: meta.datatype for name, meta in metas.items()}
     overrides = parse_ranges_option(args.range)
     check_range_names(overrides, list(metas))
-    ranges = value_ranges(datatypes.items(), config, overrides)
+    ranges = input_value_ranges(datatypes, config, overrides)
     if args.verbose:
         for line in describe(ranges):
             print(line, file=sys.stderr)

@@ -56,6 +56,7 @@ from triton_ort.cli.request_checks import (
 from triton_ort.cli.request_data import (
     build_requests,
     check_range_names,
+    input_value_ranges,
     parse_ranges_option,
 )
 from triton_ort.harness.transport import (
@@ -67,7 +68,7 @@ from triton_ort.harness.transport import (
     model_metadata,
     tensor_metas,
 )
-from triton_ort.model.input_ranges import describe, value_ranges
+from triton_ort.model.input_ranges import describe
 
 NATIVE_SUFFIX = "_native"
 
@@ -338,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
     datatypes = {meta.name: meta.datatype for meta in tensor_metas(metadata, "inputs")}
     overrides = parse_ranges_option(args.range)
     check_range_names(overrides, list(datatypes))
-    ranges = value_ranges(datatypes.items(), config, overrides)
+    ranges = input_value_ranges(datatypes, config, overrides)
     if args.verbose:
         for line in describe(ranges):
             print(line, file=sys.stderr)

@@ -25,7 +25,7 @@ from triton_ort.cli.request_checks import ModelSignature, RequestError
 from triton_ort.errors import ConfigError
 from triton_ort.harness.reference import random_values
 from triton_ort.harness.transport import TensorMeta, tensor_metas
-from triton_ort.model.input_ranges import ValueRange, parse_range
+from triton_ort.model.input_ranges import ValueRange, parse_range, value_ranges
 
 INPUT_DATA_MODES = ("random", "zero")
 
@@ -44,8 +44,9 @@ def add_request_data_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=LO:HI",
-        help="an integer input's values, both ends included (default: the served config's input_ranges, "
-        "which auto-complete reads from the tables the input indexes, else 0 or 1)",
+        help="an input's values, both ends included: integers (default: the served config's input_ranges, "
+        "which `triton-ort config` reads from the tables the input indexes, else 0 or 1), or numbers for a "
+        "float input (uniform between them; default: normal)",
     )
     parser.add_argument(
         "--verbose", "-v", action="store_true", help="say which values each integer input got, and why"
@@ -121,7 +122,7 @@ def _text(dims: Sequence[int]) -> str:
     return "[" + ", ".join(str(d) if d >= 0 else "any" for d in dims) + "]"
 
 
-def parse_ranges_option(items: Sequence[str]) -> dict[str, tuple[int, int]]:
+def parse_ranges_option(items: Sequence[str]) -> dict[str, tuple[float, float]]:
     ranges = {}
     for item in items:
         try:
@@ -130,6 +131,19 @@ def parse_ranges_option(items: Sequence[str]) -> dict[str, tuple[int, int]]:
             raise RequestError(str(error)) from None
         ranges[name] = bounds
     return ranges
+
+
+def input_value_ranges(
+    datatypes: Mapping[str, str],
+    model_config: Mapping[str, object],
+    overrides: Mapping[str, tuple[float, float]],
+    graph: Mapping[str, tuple[float, float]] | None = None,
+) -> dict[str, ValueRange]:
+    """value_ranges for the commands: a --range the input cannot take is the request's error."""
+    try:
+        return value_ranges(datatypes.items(), model_config, overrides, graph)
+    except ConfigError as error:
+        raise RequestError(str(error)) from None
 
 
 def check_range_names(ranges: Mapping[str, Any], names: Sequence[str]) -> None:

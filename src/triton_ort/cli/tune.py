@@ -39,14 +39,15 @@ from triton_ort.cli.args import positive
 from triton_ort.cli.config import completed_config
 from triton_ort.cli.perf_analyzer import find_perf_analyzer
 from triton_ort.cli.request_checks import ModelSignature, RequestError, expected_outputs
-from triton_ort.cli.request_data import build_requests, parse_ranges_option
+from triton_ort.cli.request_data import build_requests, input_value_ranges, parse_ranges_option
 from triton_ort.errors import ConfigError
 from triton_ort.harness.checks import ServerStartError
 from triton_ort.harness.processes import MIB, MemorySnapshot
 from triton_ort.harness.repository import read_config
 from triton_ort.harness.server import LocalTritonServer, exit_on_termination, gpu_present
 from triton_ort.harness.transport import make_client, model_config, model_metadata, tensor_metas
-from triton_ort.model.input_ranges import value_ranges
+from triton_ort.model.input_ranges import PARAMETER as INPUT_RANGES
+from triton_ort.model.input_ranges import parse_ranges
 from triton_ort.model.options import DEFAULT_HOST_OUTPUT_MAX_BYTES, parse_bool
 
 INSTANCES = (1, 2, 4)
@@ -214,8 +215,9 @@ def measure(
             signature = ModelSignature.from_config(served)
             perf_args = _perf_args(args, server)
             batched = signature.max_batch_size > 0
-            inputs_of = [(m.name, m.datatype) for m in tensor_metas(metadata, "inputs")]
-            ranges = value_ranges(inputs_of, served, parse_ranges_option(args.range))
+            datatypes = {m.name: m.datatype for m in tensor_metas(metadata, "inputs")}
+            overrides = parse_ranges_option(args.range)
+            ranges = input_value_ranges(datatypes, served, overrides, graph_ranges(model_dir))
             for batch in args.batch:
                 requests, batch = build_requests(
                     signature, metadata, batch if batched else None, args.shape, None, None, 0,
@@ -246,6 +248,19 @@ def stages(args: argparse.Namespace, gpu: bool) -> list[tuple[str, Any]]:
             levers.append(("mps", (False, True)))
     chosen = {LEVERS[name] for name in getattr(args, "levers", LEVERS)}
     return [(field, values) for field, values in levers if field in chosen]
+
+
+def graph_ranges(model_dir: Path) -> dict[str, tuple[float, float]]:
+    """What the model's ONNX file says its integer inputs take (the tables they index), as `triton-ort
+    config` prints it: Triton does not serve what auto-complete adds, and tune has the folder. {} where the
+    folder cannot be completed offline."""
+    try:
+        completed = completed_config(model_dir)[0]
+    except Exception:  # ConfigCommandError, or a folder without its ONNX file: the load says why
+        return {}
+    if INPUT_RANGES not in completed.parameters:
+        return {}
+    return parse_ranges(completed.parameters[INPUT_RANGES].string_value)
 
 
 def tuning_config(model_dir: Path) -> model_config_pb2.ModelConfig:

@@ -48,14 +48,16 @@ def random_array(
 def random_values(
     datatype: str, shape: Sequence[int], rng: np.random.Generator, value_range: ValueRange | None = None
 ) -> NDArray[Any]:
-    """Random values of a Triton datatype: floats normal, booleans either, integers within `value_range`
-    (both ends) where given, else 0 to 99."""
+    """Random values of a Triton datatype: floats normal (uniform within `value_range` where given),
+    booleans either, integers within `value_range` (both ends) where given, else 0 to 99."""
     dtype = np.dtype(triton_to_np_dtype(datatype))
+    if dtype.kind == "f" and value_range is not None:  # --range on a float input: uniform between the ends
+        return rng.uniform(value_range.low, value_range.high, shape).astype(dtype)
     if dtype.kind == "f":
         return rng.standard_normal(shape).astype(dtype)
     if dtype.kind == "b":
         return rng.integers(0, 2, shape).astype(bool)
-    low, high = (value_range.low, value_range.high) if value_range is not None else (0, 99)
+    low, high = (int(value_range.low), int(value_range.high)) if value_range is not None else (0, 99)
     return rng.integers(low, high, shape, endpoint=True).astype(dtype)
 
 

@@ -50,14 +50,21 @@ _INDEXING: dict[tuple[str, str], dict[int, int]] = {
 }
 # Triton's datatype names, which are also ONNX's names of the same element types (TensorProto.DataType).
 _INTEGER_DATATYPES = frozenset({"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"})
+# A float input takes --range too (uniform values between the ends); tables index only integer inputs.
+_FLOAT_DATATYPES = frozenset({"FP16", "BF16", "FP32", "FP64"})
+# Where no range is known: what -v says, and how to give one.
+NO_RANGE = (
+    "no input_ranges in the served config (Triton does not serve auto-complete's: `triton-ort config "
+    "DIR/MODEL` prints the line for config.pbtxt), --range not given: small non-negative values"
+)
 
 
 @dataclass(frozen=True)
 class ValueRange:
     """Values from `low` to `high`, both included, and why."""
 
-    low: int
-    high: int
+    low: float
+    high: float
     why: str
 
 
@@ -136,26 +143,41 @@ def format_ranges(ranges: Mapping[str, tuple[int, int] | ValueRange]) -> str:
     return " ".join(items)
 
 
-def parse_range(text: str, what: str) -> tuple[str, tuple[int, int]]:
-    """One NAME=LO:HI (both ends included); ConfigError naming `what` otherwise."""
+def parse_range(text: str, what: str) -> tuple[str, tuple[float, float]]:
+    """One NAME=LO:HI (both ends included; integers, or numbers for a float input); ConfigError naming
+    `what` otherwise."""
     name, equals, bounds = text.partition("=")
     low_text, colon, high_text = bounds.partition(":")
+    low: float
+    high: float
     try:
-        low, high = int(low_text), int(high_text)
+        low, high = _number(low_text), _number(high_text)
     except ValueError:
         low, high = 1, 0
     if not name or not equals or not colon or low > high:
         raise ConfigError(
-            f"{what}: {text!r} is not NAME=LO:HI with integers LO <= HI (e.g. input_ids=0:30521)"
+            f"{what}: {text!r} is not NAME=LO:HI with numbers LO <= HI (e.g. input_ids=0:30521, or "
+            "scale=-1.5:1.5 for a float input)"
         )
     return name, (low, high)
 
 
-def parse_ranges(text: str, what: str = f"parameter {PARAMETER!r}") -> dict[str, tuple[int, int]]:
+def _number(text: str) -> float:
+    """An integer as int, else a finite float (ValueError otherwise)."""
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(text)
+    return value
+
+
+def parse_ranges(text: str, what: str = f"parameter {PARAMETER!r}") -> dict[str, tuple[float, float]]:
     return dict(parse_range(item, what) for item in text.split())
 
 
-def served_ranges(model_config: Mapping[str, object]) -> dict[str, tuple[int, int]]:
+def served_ranges(model_config: Mapping[str, object]) -> dict[str, tuple[float, float]]:
     """The `input_ranges` parameter of a served config (Triton's JSON form), {} where it has none."""
     parameters = model_config.get("parameters") or {}
     entry = parameters.get(PARAMETER) if isinstance(parameters, Mapping) else None
@@ -170,23 +192,40 @@ def served_ranges(model_config: Mapping[str, object]) -> dict[str, tuple[int, in
 def value_ranges(
     inputs: Iterable[tuple[str, str]],
     model_config: Mapping[str, object],
-    overrides: Mapping[str, tuple[int, int]],
+    overrides: Mapping[str, tuple[float, float]],
+    graph: Mapping[str, tuple[float, float]] | None = None,
 ) -> dict[str, ValueRange]:
-    """For each integer input (name, Triton datatype): the range its generated values take, and why."""
+    """For each integer input (name, Triton datatype): the range its generated values take, and why: the
+    client's --range, else the served config's input_ranges, else `graph` (what the ONNX file's tables
+    give, where the client has the model folder: tune), else 0 or 1. A float input takes --range alone;
+    --range on any other input (BOOL, BYTES) is refused, not ignored."""
     served = served_ranges(model_config)
     ranges = {}
     for name, datatype in inputs:
-        if datatype not in _INTEGER_DATATYPES:
-            continue
-        if name in overrides:
-            ranges[name] = ValueRange(*overrides[name], "--range")
+        if datatype in _FLOAT_DATATYPES and name in overrides:
+            ranges[name] = ValueRange(*overrides[name], "--range, uniform")
+        elif datatype not in _INTEGER_DATATYPES:
+            if name in overrides:
+                raise ConfigError(f"--range {name}=...: input {name!r} is {datatype}; --range takes numbers")
+        elif name in overrides:
+            if not all(float(end).is_integer() for end in overrides[name]):
+                raise ConfigError(
+                    f"--range {name}=...: input {name!r} is {datatype}; its ends must be integers"
+                )
+            low, high = overrides[name]
+            ranges[name] = ValueRange(int(low), int(high), "--range")
         elif name in served:
             ranges[name] = ValueRange(*served[name], f"the served config's parameter {PARAMETER}")
+        elif graph and name in graph:
+            ranges[name] = ValueRange(*graph[name], "the model's ONNX file (the table it indexes)")
         else:
-            ranges[name] = ValueRange(*DEFAULT_RANGE, "no table found for it: small non-negative values")
+            ranges[name] = ValueRange(*DEFAULT_RANGE, NO_RANGE)
     return ranges
 
 
 def describe(ranges: Mapping[str, ValueRange]) -> list[str]:
     """One line per input, for --verbose."""
-    return [f"input {name!r}: integers {r.low} to {r.high} ({r.why})" for name, r in ranges.items()]
+    return [
+        f"input {name!r}: {'numbers' if 'uniform' in r.why else 'integers'} {r.low} to {r.high} ({r.why})"
+        for name, r in ranges.items()
+    ]
