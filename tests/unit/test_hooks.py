@@ -327,3 +327,18 @@ def test_a_group_that_preprocess_refuses_fails_alone_when_groups_run_together(tm
     assert isinstance(results[1], InputError) and "7 columns are refused" in str(results[1])
     assert isinstance(results[0], dict) and isinstance(results[2], dict)
     assert results[2]["top_scores"].shape == (2, 2)
+
+
+def test_gather_after_preprocess_no_runs_each_group_on_its_own(tmp_path: Path) -> None:
+    """The parameter turns the joint run off (and `auto` leaves it off on GPU instances, where it has not
+    run on the GPU host yet): each shape then has its own ORT run, as before."""
+    config = example_config()
+    config["input"] = [{"name": "raw", "data_type": "TYPE_UINT8", "dims": ["-1"]}]
+    parameters = {**config["parameters"], "gather_after_preprocess": {"string_value": "no"}}
+    instance = instance_with(tmp_path, RESIZING_HOOKS, input=config["input"], parameters=parameters)
+    requests = [_width_request(1, 1000, 1), _width_request(2, 3000, 2)]
+    runs_before = instance.runner.stats.ort_runs
+    results = instance.infer(requests)
+    assert instance.runner.stats.ort_runs - runs_before == 2
+    assert all(isinstance(result, dict) for result in results)
+    assert isinstance(instance.batch_runner, HookedRunner) and not instance.batch_runner.groups_together

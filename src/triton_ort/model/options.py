@@ -72,6 +72,10 @@ class ModelOptions:
     """Concatenate the requests of one execute() into one ORT run when their shapes allow it. None
     (`auto`): unless the graph mixes rows across the batch axis (row_mixing.py), whose requests then run
     one per ORT run; True (`yes`) and False (`no`) decide it for every graph."""
+    gather_after_preprocess: bool | None = None
+    """With hooks: requests of different shapes in one execute are pre-processed per shape and, where the
+    results agree, run through ORT once (HookedRunner.run_groups). None (`auto`): on CPU instances only,
+    since on a GPU it has not run on the GPU host yet; True and False decide it for every instance."""
     pinned_staging: bool = True
     """CPU inputs for a GPU instance go through pinned host memory (faster, asynchronous DMA)."""
     output_placement: str = "auto"
@@ -291,6 +295,7 @@ _PARAMETERS: dict[str, _Parameter] = {
     "allow_cpu_fallback": _Parameter("allow_cpu_fallback", parse_bool, native=False),
     "allow_cuda_fallback": _Parameter("allow_cuda_fallback", parse_bool, native=False),
     "gather_requests": _Parameter("gather_requests", _parse_auto_bool, native=False),
+    "gather_after_preprocess": _Parameter("gather_after_preprocess", _parse_auto_bool, native=False),
     "pinned_staging": _Parameter("pinned_staging", parse_bool, native=False),
     "output_placement": _Parameter("output_placement", _one_of(OUTPUT_PLACEMENTS), native=False),
     "host_output_max_bytes": _Parameter("host_output_max_bytes", _parse_count, native=False),

@@ -63,6 +63,7 @@ class HookedRunner:
         client: ClientSpecs,
         output_placement: OutputPlacement,
         outputs_follow_batch: bool,
+        gather_after_preprocess: bool | None = None,
     ) -> None:
         """Made by the model plan (plan.batch_runner), which decides `outputs_follow_batch`."""
         self.runner = runner
@@ -89,6 +90,10 @@ class HookedRunner:
             else f"the ONNX model (no postprocess in {hooks.path})"
         )
         self._on_cuda = runner.placement.is_cuda
+        # run_groups: `auto` (None) on CPU instances only; on a GPU it has not run on the GPU host yet
+        self.groups_together = (
+            not self._on_cuda if gather_after_preprocess is None else gather_after_preprocess
+        )
         self._checked_client_inputs: BoundedSet[Signature] = BoundedSet()
         self._checked_model_inputs: BoundedSet[Signature] = BoundedSet()
         self._checked_outputs: BoundedSet[tuple[int | None, Signature] | None] = BoundedSet()
@@ -124,7 +129,9 @@ class HookedRunner:
         outputs and its own inputs. None when there is no preprocess or its results do not agree: each
         group then runs on its own (gather.py). A failure raises: gathering then runs the groups apart,
         so one group's bad request never fails another's."""
-        if self.hooks.preprocess is None or not self.client.batched or not self.outputs_follow_batch:
+        if not self.groups_together or self.hooks.preprocess is None:
+            return None
+        if not self.client.batched or not self.outputs_follow_batch:
             return None
         client_inputs = [self._client_inputs(group)[0] for group in groups]
         model_inputs = []

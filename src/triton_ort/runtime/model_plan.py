@@ -159,7 +159,14 @@ class ModelPlan:
         from .hooked_runner import HookedRunner
 
         assert self.client is not None
-        return HookedRunner(runner, self.hooks, self.client, self.output_placement, self.outputs_follow_batch)
+        return HookedRunner(
+            runner,
+            self.hooks,
+            self.client,
+            self.output_placement,
+            self.outputs_follow_batch,
+            self.options.gather_after_preprocess,
+        )
 
     def served_outputs(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
         """An answer's outputs as config.pbtxt serves them, in its order (the ONNX file may have more)."""
