@@ -342,3 +342,17 @@ def test_gather_after_preprocess_no_runs_each_group_on_its_own(tmp_path: Path) -
     assert instance.runner.stats.ort_runs - runs_before == 2
     assert all(isinstance(result, dict) for result in results)
     assert isinstance(instance.batch_runner, HookedRunner) and not instance.batch_runner.groups_together
+
+
+def test_groups_are_not_run_together_where_the_plan_does_not_gather(tmp_path: Path) -> None:
+    """gather_requests no (a graph that mixes rows across the batch axis) keeps every request in its own
+    ORT run, also when preprocess would make their shapes agree."""
+    config = example_config()
+    config["input"] = [{"name": "raw", "data_type": "TYPE_UINT8", "dims": ["-1"]}]
+    parameters = {**config["parameters"], "gather_requests": {"string_value": "no"}}
+    instance = instance_with(tmp_path, RESIZING_HOOKS, input=config["input"], parameters=parameters)
+    requests = [_width_request(1, 1000, 1), _width_request(2, 3000, 2)]
+    runs_before = instance.runner.stats.ort_runs
+    results = instance.infer(requests)
+    assert instance.runner.stats.ort_runs - runs_before == 2
+    assert all(isinstance(result, dict) for result in results)

@@ -175,7 +175,8 @@ def run_requests(runner: BatchRunner, requests: Sequence[Tensors], gather: bool)
             continue
         key = _group_key(tensors, runner.shared_inputs) if gather and runner.outputs_follow_batch else None
         groups.setdefault(("alone", index) if key is None else key, []).append(index)
-    if len(groups) > 1 and _run_groups_together(runner, requests, list(groups.values()), results):
+    # only where the plan gathers: a graph that mixes rows runs its requests apart (gather_requests)
+    if gather and len(groups) > 1 and _run_groups_together(runner, requests, list(groups.values()), results):
         return [result if result is not None else InferenceError("request was not run") for result in results]
     for members in groups.values():
         gathered = _run_gathered(runner, [requests[i] for i in members]) if len(members) > 1 else None
