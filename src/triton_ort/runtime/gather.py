@@ -23,7 +23,7 @@ client's (`InputError`), a device short of memory for now is `Unavailable`, anyt
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -89,11 +89,13 @@ def _group_key(tensors: Tensors, shared: frozenset[str]) -> tuple[object, ...] |
     return tuple(key) if rows is not None else None
 
 
-def request_rows(tensors: Tensors) -> int:
-    """A request's batch rows: the first axis of its first input (0 for scalars or no inputs); what the
-    metrics count and the in-flight scheduler fills a run with (where Triton batches)."""
-    for tensor in tensors.values():
-        return int(tensor.shape[0]) if len(tensor.shape) > 0 else 0  # torch, or numpy for strings
+def request_rows(tensors: Tensors, shared: frozenset[str] = frozenset()) -> int:
+    """A request's batch rows: the first axis of its first input that is not `shared` (one value for all
+    the rows of a run), 0 for scalars or no inputs; what the metrics count, the in-flight scheduler fills
+    a run with, and a gathered run's outputs are split by."""
+    for name, tensor in tensors.items():
+        if name not in shared:
+            return int(tensor.shape[0]) if len(tensor.shape) > 0 else 0  # torch, or numpy for strings
     return 0
 
 
@@ -105,7 +107,7 @@ def run_one(runner: BatchRunner, tensors: Tensors) -> Result:
         return classify_failure(error, device_memory_bytes(runner.placement))
 
 
-def _run_gathered(runner: BatchRunner, group: Sequence[Tensors]) -> list[Result] | None:
+def _run_gathered(runner: BatchRunner, group: Sequence[Tensors]) -> list[dict[str, Any]] | None:
     """One ORT run for the whole group, split back; None when it cannot be split or failed."""
     try:  # the joint inputs too may not fit (device memory): then each request runs, and fails, alone
         outputs = runner.run_batch(group)  # its members were checked one by one
@@ -113,7 +115,7 @@ def _run_gathered(runner: BatchRunner, group: Sequence[Tensors]) -> list[Result]
         LOGGER.info("gathered run of %d requests failed (%s); running them one by one", len(group), error)
         return None
     # an output without a batch axis cannot be split per request
-    return _split(outputs, [_request_rows(tensors, runner.shared_inputs) for tensors in group])
+    return split_rows(outputs, [request_rows(tensors, runner.shared_inputs) for tensors in group])
 
 
 def _run_groups_together(
@@ -136,7 +138,7 @@ def _run_groups_together(
         if len(members) == 1:
             results[members[0]] = group_outputs
             continue
-        split = _split(group_outputs, [_request_rows(requests[i], runner.shared_inputs) for i in members])
+        split = split_rows(group_outputs, [request_rows(requests[i], runner.shared_inputs) for i in members])
         if split is None:
             return False
         for index, answer in zip(members, split, strict=True):
@@ -144,11 +146,7 @@ def _run_groups_together(
     return True
 
 
-def _request_rows(tensors: Tensors, shared: frozenset[str]) -> int:
-    return int(next(t for name, t in tensors.items() if name not in shared).shape[0])
-
-
-def _split(outputs: dict[str, Any], rows: list[int]) -> list[Result] | None:
+def split_rows(outputs: Mapping[str, Any], rows: list[int]) -> list[dict[str, Any]] | None:
     """A joint run's outputs back per request; None when an output has no batch axis of that total."""
     total = sum(rows)
     if any(len(t.shape) == 0 or t.shape[0] != total for t in outputs.values()):

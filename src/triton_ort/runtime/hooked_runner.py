@@ -22,6 +22,7 @@ from ..errors import InferenceError, InputError
 from ..hooks.module import ClientSpecs, HookError, Hooks
 from ..model.signature import Tensors
 from .arrays import concatenate
+from .gather import split_rows
 from .output_placement import OutputPlacement, copy_to_host
 from .run_plan import BoundedSet
 from .runner import IOBindingRunner
@@ -139,23 +140,18 @@ class HookedRunner:
             returned = _call(self._preprocess_name, self.hooks.preprocess, dict(inputs))
             self._check_model_inputs(returned)
             model_inputs.append(returned)
-        if len({_beyond_batch(m) for m in model_inputs}) != 1 or None in {
-            _beyond_batch(m) for m in model_inputs
-        }:
+        agreed = {_beyond_batch(m) for m in model_inputs}
+        if len(agreed) != 1 or None in agreed:
             return None
         rows = [_rows(m) for m in model_inputs]
         joint = {name: torch.cat([m[name] for m in model_inputs]) for name in model_inputs[0]}
         outputs = self.runner.run_checked(joint, True)  # preprocess and the concatenation queued them
-        total = sum(rows)
-        if any(t.dim() == 0 or t.shape[0] != total for t in outputs.values()):
-            raise InferenceError(f"the ONNX model's outputs do not have the {total} rows of the joint run")
-        starts = [sum(rows[:i]) for i in range(len(rows) + 1)]
-        return [
-            self._finish(
-                {name: t[starts[i] : starts[i + 1]] for name, t in outputs.items()}, client_inputs[i]
+        parts = split_rows(outputs, rows)
+        if parts is None:
+            raise InferenceError(
+                f"the ONNX model's outputs do not have the {sum(rows)} rows of the joint run"
             )
-            for i in range(len(rows))
-        ]
+        return [self._finish(part, inputs) for part, inputs in zip(parts, client_inputs, strict=True)]
 
     def _client_inputs(self, requests: Sequence[Mapping[str, torch.Tensor]]) -> tuple[Tensors, bool]:
         """One request's tensors on the device, or several concatenated; and whether they were staged (a new
