@@ -7,6 +7,7 @@ deadlines, so a stalled load fails the test instead of hanging it."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -68,6 +69,15 @@ def _requests_counted(server: LocalTritonServer, stub: int) -> float | None:
     """What the demo's series of stub `stub` counts on the metrics port (None: no such series)."""
     found = series(scrape(server), "triton_ort_requests_total", model="demo", pid=str(stub))
     return sum(found.values()) if found else None
+
+
+def _deploy(path: Path, data: bytes, scratch: Path) -> None:
+    """Writes the file whole at once, as a deploy should under the poll (write beside, then rename): a
+    file written in place can be seen by the poll between its truncation and its last write, and the poll
+    then loads the same file a second time for its later modification time, which replaces the stub."""
+    staged = scratch / f"staged-{path.name}"
+    staged.write_bytes(data)
+    os.replace(staged, path)
 
 
 def _wait_counted(server: LocalTritonServer, stub: int, requests: int) -> None:
@@ -159,14 +169,14 @@ def test_a_half_written_file_seen_by_the_poll_stalls_no_later_load(tmp_path: Pat
         _answer(server)
         _wait_counted(server, serving, 1)
 
-        onnx.write_bytes(HALF_COPIED)
+        _deploy(onnx, HALF_COPIED, tmp_path)
         wait_for(lambda: "not a readable ONNX file" in server.log(), 60, "the poll's failed load")
         wait_for(lambda: _stubs_of(server, "demo") == {serving}, 60, "the failed load's stub gone")
         assert client.is_model_ready("demo")
         _answer(server)
         _wait_counted(server, serving, 2)
 
-        onnx.write_bytes(good)
+        _deploy(onnx, good, tmp_path)
         wait_for(lambda: serving not in _stubs_of(server, "demo"), 60, "the poll's reload")
         reloaded = _one_stub(server, "demo")
         _answer(server)
