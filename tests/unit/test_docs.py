@@ -279,3 +279,27 @@ def test_the_docs_name_each_soak_size() -> None:
     assert f"{sizes['make soak'] // 1000}k " in help_line
     docstring = (ROOT / "client" / "soak.py").read_text().split('"""')[1]
     assert f"{sizes['default']:,} requests" in docstring
+
+
+DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
+# The pages a newcomer reads first: their figures stand in tables, each dated once, not in every sentence.
+SKIMMABLE = ("README.md", "docs/perf.md", "docs/model-analyzer.md")
+
+
+@pytest.mark.parametrize("page", SKIMMABLE)
+def test_a_date_stands_only_in_a_table_or_the_line_that_opens_one(page: str) -> None:
+    """A dated figure in prose makes a page hard to skim: dates go in a table's rows, or in the one
+    paragraph just above a table that says when and where all of it was measured."""
+    lines = (ROOT / page).read_text().splitlines()
+    in_code = False
+    prose_dates = []
+    for number, line in enumerate(lines):
+        if line.startswith("```"):
+            in_code = not in_code
+        if in_code or line.startswith("|") or not DATE.search(line):
+            continue
+        end = next((i for i in range(number, len(lines)) if not lines[i].strip()), len(lines))
+        after = next((ln for ln in lines[end:] if ln.strip()), "")
+        if not after.startswith("|"):  # the date's paragraph is not the one just above a table
+            prose_dates.append(f"{page}:{number + 1}: {line.strip()[:80]}")
+    assert prose_dates == []
