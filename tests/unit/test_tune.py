@@ -88,21 +88,32 @@ def model_dir(tmp_path: Path) -> Path:
     return tmp_path / "m"
 
 
-def test_one_lever_at_a_time_from_the_best_so_far(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two instances win the first stage, so the queue delays are tried with two (a CPU model: no GPU
-    stages)."""
-    rates = {1: 100.0, 2: 300.0, 4: 200.0}
+def test_instances_and_queue_delays_are_tried_in_every_pair(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One instance is best without a delay, but four with 100 µs are best of all: the pair that moving
+    one lever at a time from the best (1 instance, then its delays) never tried (the demo, Model
+    Analyzer's winner, 2026-12-06)."""
+    rates = {(1, 0): 300.0, (2, 0): 250.0, (4, 0): 200.0, (4, 100): 400.0}
     tried: list[tune.Candidate] = []
 
     def measure(folder: Path, config: Any, candidate: tune.Candidate, args: Any) -> tuple[tune.Result, int]:
         tried.append(candidate)
-        return tune.Result(candidate, [_point(rates[candidate.instances] + candidate.queue_delay_us, 1.0)]), 0
+        rate = rates.get((candidate.instances, candidate.queue_delay_us), 100.0)
+        return tune.Result(candidate, [_point(rate, 1.0)]), 0
 
     monkeypatch.setattr(tune, "measure", measure)
     results = tune.search(model_dir, _args(), report=lambda line: None)
-    assert [(c.instances, c.queue_delay_us) for c in tried] == [(1, 0), (2, 0), (4, 0), (2, 100), (2, 500)]
+    pairs = [(c.instances, c.queue_delay_us) for c in tried]
+    assert sorted(pairs) == [(i, d) for i in (1, 2, 4) for d in (0, 100, 500)]
     best = tune.winner(results, None)
-    assert best is not None and best.candidate == tune.Candidate(2, 500)
+    assert best is not None and best.candidate == tune.Candidate(4, 100)
+
+
+def test_the_gpu_levers_go_one_at_a_time_from_the_best_pair() -> None:
+    stages = tune.stages(_args(), gpu=True)
+    assert stages[0][0] == ("instances", "queue_delay_us") and len(stages[0][1]) == 9
+    assert [fields for fields, _ in stages[1:3]] == [("cuda_graphs",), ("output_placement",)]
 
 
 def test_no_candidate_starts_after_the_time_bound(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -112,16 +123,16 @@ def test_no_candidate_starts_after_the_time_bound(model_dir: Path, monkeypatch: 
         return tune.Result(candidate, [_point(1.0, 1.0)]), 0
 
     monkeypatch.setattr(tune, "measure", measure)
-    times = iter([0.0, 0.0, 1e9, 1e9, 1e9, 1e9, 1e9])
+    times = iter([0.0, 0.0, *[1e9] * 9])
     monkeypatch.setattr("triton_ort.cli.tune.time.monotonic", lambda: next(times))
     results = tune.search(model_dir, _args(max_minutes=1.0), report=said.append)
-    assert len(results) == 1 and said[-1] == "tune: --max-minutes 1 reached; 4 candidate(s) not tried"
+    assert len(results) == 1 and said[-1] == "tune: --max-minutes 1 reached; 8 candidate(s) not tried"
 
 
 def test_levers_not_named_are_not_moved() -> None:
     args = _args(levers=["instances", "cuda-graphs"])
-    assert [field for field, _ in tune.stages(args, gpu=True)] == ["instances", "cuda_graphs"]
-    assert [field for field, _ in tune.stages(args, gpu=False)] == ["instances"]
+    assert [fields for fields, _ in tune.stages(args, gpu=True)] == [("instances",), ("cuda_graphs",)]
+    assert [fields for fields, _ in tune.stages(args, gpu=False)] == [("instances",)]
 
 
 def test_tune_measures_as_perf_does_with_perfs_own_options(tmp_path: Path) -> None:

@@ -7,18 +7,20 @@ config.pbtxt.bak).
     triton-ort tune my_repository/my_model --batch 8 --concurrency 1 16 --latency-budget-ms 20
     triton-ort tune my_repository/bert --shape input_ids:128 --shape attention_mask:128 --max-minutes 5
 
-The search goes one lever at a time, each from the best so far (a full grid would take hours): instance
-count (1, 2, 4), the dynamic batcher's max_queue_delay (0, 100, 500 µs), and on GPU instances CUDA graphs
-(on, off), output placement (auto, device, host; only where a request's outputs exceed host_output_max_bytes)
-and, where the host has it, CUDA MPS. A candidate whose model does not load is reported with the reason and
-the search goes on. The score is the mean throughput (infer/s) at the highest concurrency over the batch
-sizes; a candidate fits the budget when every point's latency (the mean, or --percentile's) is within it.
+The search tries every pair of instance count (1, 2, 4) and the dynamic batcher's max_queue_delay (0, 100,
+500 µs), which interact; then, on GPU instances, one lever at a time from the best so far (a full grid would
+take hours): CUDA graphs (on, off), output placement (auto, device, host; only where a request's outputs
+exceed host_output_max_bytes) and, where the host has it, CUDA MPS. A candidate whose model does not load
+is reported with the reason and the search goes on. The score is the mean throughput (infer/s) at the
+highest concurrency over the batch sizes; a candidate fits the budget when every point's latency (the
+mean, or --percentile's) is within it.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import shutil
 import sys
@@ -238,16 +240,27 @@ def measure(
     return result, output_bytes
 
 
-def stages(args: argparse.Namespace, gpu: bool) -> list[tuple[str, Any]]:
-    """The levers in the order tried, of those --levers names: (Candidate field, values)."""
-    levers: list[tuple[str, Any]] = [("instances", args.instances), ("queue_delay_us", args.queue_delays)]
+def stages(args: argparse.Namespace, gpu: bool) -> list[tuple[tuple[str, ...], list[tuple[Any, ...]]]]:
+    """The stages in the order tried, of the levers --levers names: (Candidate fields, the values to try,
+    a tuple each). Instances and queue delay go together, every pair: they interact (more instances
+    batch less unless a request waits for the next; on the demo Model Analyzer's best pair, 4 instances
+    with 100 µs, was one that moving one lever at a time never tried). The GPU levers follow one at a
+    time, from the best so far."""
+    chosen = {LEVERS[name] for name in getattr(args, "levers", LEVERS)}
+    grid = [("instances", args.instances), ("queue_delay_us", args.queue_delays)]
+    grid = [(field, values) for field, values in grid if field in chosen]
+    found: list[tuple[tuple[str, ...], list[tuple[Any, ...]]]] = []
+    if grid:
+        fields = tuple(field for field, _ in grid)
+        found.append((fields, list(itertools.product(*(values for _, values in grid)))))
+    levers: list[tuple[str, Any]] = []
     if gpu:
         levers.append(("cuda_graphs", (True, False)))
         levers.append(("output_placement", PLACEMENTS))
         if shutil.which("nvidia-cuda-mps-control"):
             levers.append(("mps", (False, True)))
-    chosen = {LEVERS[name] for name in getattr(args, "levers", LEVERS)}
-    return [(field, values) for field, values in levers if field in chosen]
+    found += [((field,), [(value,) for value in values]) for field, values in levers if field in chosen]
+    return found
 
 
 def graph_ranges(model_dir: Path) -> dict[str, tuple[float, float]]:
@@ -294,11 +307,11 @@ def search(model_dir: Path, args: argparse.Namespace, report: Any = print) -> li
     deadline = time.monotonic() + args.max_minutes * 60
     output_bytes = 0
     skipped = 0
-    for lever, values in stages(args, gpu):
-        if lever == "output_placement" and output_bytes <= DEFAULT_HOST_OUTPUT_MAX_BYTES:
+    for fields, values in stages(args, gpu):
+        if fields == ("output_placement",) and output_bytes <= DEFAULT_HOST_OUTPUT_MAX_BYTES:
             continue  # small outputs: placement auto already puts them on the host
         for value in values:
-            candidate = replace(best, **{lever: value})
+            candidate = replace(best, **dict(zip(fields, value, strict=True)))
             if candidate in results:
                 continue
             if time.monotonic() > deadline:
