@@ -224,7 +224,13 @@ def measure(
                     input_data=args.input_data, ranges=ranges, data_options="--input-data FILE",
                 )  # fmt: skip
                 output_bytes = max(output_bytes, _output_bytes(metadata, batch, batched))
-                target = perf_analyzer.Target(config.name, expected_outputs(metadata, batch, batched))
+                left_out = tuple(
+                    m.name
+                    for m in tensor_metas(metadata, "inputs")
+                    if m.name in signature.optional_inputs and m.name not in requests[0]
+                )
+                outputs = expected_outputs(metadata, batch, batched)
+                target = perf_analyzer.Target(config.name, outputs, left_out)
                 result.points += perf.measure(
                     perf_args, client, [target], requests, batch, batched, args.concurrency
                 )
