@@ -314,3 +314,19 @@ def test_perf_analyzers_own_json_rows_and_its_figures(server: LocalTritonServer,
     assert plain.returncode == 0, plain.stdout + plain.stderr
     row = read_csv_row((tmp_path / "pa.csv").read_text())
     assert ours["infer_per_s"] == pytest.approx(float(row["Inferences/Second"]), rel=0.5), (ours, row)
+
+
+@pytest.mark.parametrize("given", [(), ("--shape", "scale:1", "--shape", "offset:4")])
+def test_shared_memory_on_a_model_with_optional_inputs_is_one_clear_line(
+    server: LocalTritonServer, given: tuple[str, ...]
+) -> None:
+    """perf_analyzer 2.41 refuses shared memory where the data leaves out an optional input: one line says
+    what, why and what to do; with every input given it measures."""
+    done = perf(server, "optional", *given, "--shared-memory", "system")
+    if given:
+        assert done.returncode == 0, done.stderr
+        return
+    assert done.returncode == 1 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--shared-memory system is refused" in lines[0], lines
+    assert "'scale', 'offset'" in lines[0] and "Run without --shared-memory" in lines[0], lines

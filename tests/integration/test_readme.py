@@ -6,6 +6,7 @@ blocks, verbatim."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -95,6 +96,12 @@ def test_serve_your_own_onnx_model_recipe(tmp_path: Path, model: str) -> None:
     no PYTHONPATH, so `triton-ort` and `python` are the venv's and nothing comes from the checkout."""
     blocks = readme_blocks()
     build, offline_inputs = MODELS[model]
+    # The README's perf recipe runs for the BERT (perf_analyzer: make perf-analyzer, which make test runs).
+    # Without perf_analyzer CI fails here; elsewhere the other steps run and the test is then skipped
+    # with the reason, never passed with the perf step silently left out.
+    perf_missing = find_perf_analyzer()[1] if model == "bert" and find_perf_analyzer()[0] is None else ""
+    if perf_missing and os.environ.get("CI"):
+        pytest.fail(f"CI: the README's perf recipe cannot run: {perf_missing}")
     build(tmp_path / "your_model.onnx")
     env = activated(Path(sys.executable).parent, Path(sys.prefix))
     before = _checkout_files()
@@ -139,9 +146,8 @@ def test_serve_your_own_onnx_model_recipe(tmp_path: Path, model: str) -> None:
         )
         assert check.returncode == 0, check.stdout + check.stderr
         assert "OK: outputs match expected.npz" in check.stdout, check.stdout
-        # a short perf, as docs/benchmarks.md tells it for one's own model (perf_analyzer: make perf-analyzer,
-        # which make test runs; without it test_perf.py is skipped with the reason)
-        if model == "bert" and find_perf_analyzer()[0] is not None:
+        # a short perf, as docs/benchmarks.md tells it for one's own model
+        if model == "bert" and not perf_missing:
             shapes = " ".join(f"--shape {name}:8" for name, _ in offline_inputs)
             measured = shell(
                 f"triton-ort perf my_model -u 127.0.0.1:{http_port} -b 2 {shapes} --concurrency 1 "
@@ -162,6 +168,8 @@ def test_serve_your_own_onnx_model_recipe(tmp_path: Path, model: str) -> None:
     # parameter, so the recipe's infer and perf made up 0 or 1 for the integer inputs: valid in any table).
     assert offline.parameters["input_ranges"].string_value == GRAPH_RANGES.get(model, "")
     assert _checkout_files() <= before, f"the recipe wrote into the checkout: {_checkout_files() - before}"
+    if perf_missing:
+        pytest.skip(f"every step passed but the README's perf recipe, not run: {perf_missing}")
 
 
 def _onnx_input_types(path: Path) -> dict[str, str]:

@@ -15,8 +15,9 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from tests.support import graphs
 from tests.support.paths import MODEL_REPOSITORY, demo_onnx
-from triton_ort.harness.repository import pin_one_instance
+from triton_ort.harness.repository import pin_one_instance, write_config
 
 pytestmark = pytest.mark.integration
 
@@ -83,4 +84,22 @@ def test_a_model_that_loads_under_no_candidate_is_refused_with_its_reason(tmp_pa
     done = tune(folder, "--instances", "1")
     assert done.returncode == 1
     assert "did not load:" in done.stdout and "no candidate served the model" in done.stderr, done.stdout
+    assert not (folder / "config.tuned.pbtxt").exists()
+
+
+def test_open_axes_without_shape_end_the_search_in_one_line_naming_every_input(tmp_path: Path) -> None:
+    """The request data is the same under every candidate: inputs whose open axes nothing sizes stop tune at
+    the first candidate, in the one line perf and infer give (every input, the --shape options to paste),
+    not as an error per candidate, each after a server start."""
+    folder = tmp_path / "pair"
+    graphs.pairwise_add(folder / "1" / "model.onnx")
+    config = model_config_pb2.ModelConfig(backend="onnxruntime_zerocopy", max_batch_size=8)
+    config.instance_group.add(count=1, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
+    write_config(folder, config)
+    done = tune(folder, *ONLY_INSTANCES, "--instances", "1", "2")
+    assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "'x' [any], 'y' [any]" in errors[0], done.stderr
+    assert "--shape x:16 --shape y:16" in errors[0] and "--input-data FILE" in errors[0], errors
+    assert sum(line.endswith("...") for line in done.stderr.splitlines()) == 1, done.stderr  # one candidate
     assert not (folder / "config.tuned.pbtxt").exists()

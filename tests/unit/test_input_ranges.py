@@ -32,6 +32,7 @@ from triton_ort.model.autocomplete import apply_completed, complete_config
 from triton_ort.model.input_ranges import (
     DEFAULT_RANGE,
     ValueRange,
+    describe,
     index_ranges,
     index_ranges_in_file,
     parse_ranges,
@@ -301,3 +302,13 @@ def test_tune_reads_the_ranges_from_the_model_folder_when_the_served_config_lack
     ranges = value_ranges([("ids", "INT64"), ("mask", "INT64")], served_without, {}, graph)
     assert (ranges["ids"].low, ranges["ids"].high) == (0, 49) and "ONNX file" in ranges["ids"].why
     assert (ranges["mask"].low, ranges["mask"].high) == DEFAULT_RANGE
+
+
+def test_verbose_says_why_an_integer_input_is_0_or_1_and_the_range_to_give() -> None:
+    """Where no range is known, -v says why (the served config has none) and what to do: the --range."""
+    ranges = value_ranges([("input_ids", "INT64")], {}, {})
+    [line] = describe(ranges)
+    assert line.startswith("input 'input_ids': integers 0 to 1 (no input_ranges in the served config")
+    assert "give --range input_ids=0:" in line, line
+    served = {"parameters": {"input_ranges": {"string_value": "input_ids=0:99"}}}
+    assert "give --range" not in describe(value_ranges([("input_ids", "INT64")], served, {}))[0]

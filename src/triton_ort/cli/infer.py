@@ -35,9 +35,13 @@ from triton_ort.cli.request_data import (
     generated,
     input_value_ranges,
     json_requests,
+    open_axes_error,
     parse_ranges_option,
     read_npz,
+    shape_example,
     sized_by_shape,
+    unsized_inputs,
+    unsized_text,
 )
 from triton_ort.harness.reference import compare
 from triton_ort.harness.transport import (
@@ -65,8 +69,7 @@ def _read_npy(item: str, signature: ModelSignature) -> tuple[str, NDArray[Any]]:
     return name, array
 
 
-def _open_inner_axes(meta: TensorMeta, batched: bool) -> bool:
-    return any(d < 0 for d in meta.shape[1 if batched else 0 :])
+ONE_LENGTH_NOTE = "note: no --shape and no data given, so each open axis is 1 long"
 
 
 def _files(
@@ -107,9 +110,11 @@ def _load_inputs(
     their range (request_data: --range, the served config's input_ranges, else 0 or 1).
 
     --shape gives an input's dims without the batch axis (the batch is --batch), or its whole shape, batch
-    first; --batch beside a batch that files or a whole shape set must agree. An input left out whose axes
-    are open, beside given ones, is an error that names it, not data of a guessed length that the server
-    then refuses for an axis."""
+    first; --batch beside a batch that files or a whole shape set must agree. Open axes follow perf's and
+    tune's rule (request_data.open_axes_error): where any data or --shape is given, inputs whose open axes
+    nothing sizes are one error naming them all, not data of a guessed length that the server then
+    refuses for an axis. Given nothing at all (the README's first request of any model), every open axis
+    is 1 and one line on stderr says so, with the --shape options for other lengths."""
     metas = {meta.name: meta for meta in tensor_metas(metadata, "inputs")}
     required = {name: meta for name, meta in metas.items() if name not in signature.optional_inputs}
     datatypes = {name: meta.datatype for name, meta in metas.items()}
@@ -130,21 +135,14 @@ def _load_inputs(
         raise RequestError(f"--batch {args.batch}: the batch is {where}, {batch}; leave --batch out")
     batch = batch or args.batch or 1
     signature.check_batch(batch)  # before building the arrays: a refused batch costs nothing
-    if given or shapes:
-        missing = [
-            m
-            for m in required.values()
-            if m.name not in given and m.name not in shapes and _open_inner_axes(m, batched)
-        ]
-        if missing:
-            meta = missing[0]
-            own = meta.shape[1:] if batched else meta.shape
-            example = ",".join(str(d) if d >= 0 else "16" for d in own)
-            raise RequestError(
-                f"input {meta.name!r} is not given and its shape {list(meta.shape)} has open axes: "
-                f"--shape {meta.name}:{example} (its dims without the batch axis), or its data as a file "
-                f"(--input {meta.name}=FILE.npy, --inputs, --input-data)"
-            )
+    unsized = unsized_inputs(metas, batched, {*given, *signature.optional_inputs}, shapes)
+    if unsized and (given or shapes):  # data of a guessed length beside them: the server refuses an axis
+        raise open_axes_error(unsized, "--input NAME=FILE.npy, --inputs FILE.npz, --input-data FILE")
+    if unsized:  # nothing given: the README's first request of any model, every open axis 1, said so
+        print(
+            f"{ONE_LENGTH_NOTE}: {unsized_text(unsized)}; for other lengths: {shape_example(unsized)}",
+            file=sys.stderr,
+        )
     rng = np.random.default_rng(args.seed)
     made = {}
     for name, meta in required.items():

@@ -348,13 +348,19 @@ def run(args: argparse.Namespace) -> int:
         input_data=args.input_data, ranges=ranges,
     )  # fmt: skip
     batched = signature.max_batch_size > 0
-    targets = [Target(args.model, expected_outputs(metadata, batch, batched))]
+    left_out = tuple(
+        meta.name
+        for meta in tensor_metas(metadata, "inputs")
+        if meta.name in signature.optional_inputs and meta.name not in requests[0]
+    )
+    targets = [Target(args.model, expected_outputs(metadata, batch, batched), left_out)]
     native = args.native_model or f"{args.model}{NATIVE_SUFFIX}"
     loaded = False
     if args.compare_native:
         ready, loaded, why = native_twin(client, native)
         if ready:
-            targets.append(Target(native, expected_outputs(model_metadata(client, native), batch, batched)))
+            outputs = expected_outputs(model_metadata(client, native), batch, batched)
+            targets.append(Target(native, outputs, left_out))
         else:
             print(why, file=sys.stderr)
     try:

@@ -122,6 +122,51 @@ def _text(dims: Sequence[int]) -> str:
     return "[" + ", ".join(str(d) if d >= 0 else "any" for d in dims) + "]"
 
 
+EXAMPLE_LENGTH = 16
+"""The length the ready-to-paste --shape of an open-axes message gives each open axis."""
+
+
+def unsized_inputs(
+    metas: Mapping[str, TensorMeta],
+    batched: bool,
+    skipped: Collection[str],
+    sized: Collection[str],
+) -> dict[str, tuple[int, ...]]:
+    """The inputs whose open axes (beyond the batch axis) nothing sizes, by name: their dims without the
+    batch axis (-1 for an open one). `skipped`: inputs left out (optional ones) or given as data; `sized`:
+    those a --shape sizes. The one rule of infer, perf and tune: every open axis is sized by --shape or by
+    the data given."""
+    unsized = {}
+    for name, meta in metas.items():
+        own = tuple(meta.shape[1:] if batched else meta.shape)
+        if name not in skipped and name not in sized and any(d < 0 for d in own):
+            unsized[name] = own
+    return unsized
+
+
+def shape_example(unsized: Mapping[str, Sequence[int]]) -> str:
+    """--shape options, ready to paste, for every input of `unsized` (each open axis EXAMPLE_LENGTH)."""
+    return " ".join(
+        f"--shape {name}:" + ",".join(str(d) if d >= 0 else str(EXAMPLE_LENGTH) for d in own)
+        for name, own in unsized.items()
+    )
+
+
+def unsized_text(unsized: Mapping[str, Sequence[int]]) -> str:
+    """'ids' [any], 'mask' [any, 3]: the inputs and their dims without the batch axis."""
+    return ", ".join(f"{name!r} {_text(own)}" for name, own in unsized.items())
+
+
+def open_axes_error(unsized: Mapping[str, Sequence[int]], data: str) -> RequestError:
+    """The one error of infer, perf and tune for inputs whose open axes nothing sizes: every such input at
+    once, with --shape options to paste; `data` names the command's data options."""
+    what = "input" if len(unsized) == 1 else "inputs"
+    return RequestError(
+        f"open axes without a size: {what} {unsized_text(unsized)} (dims without the batch axis); give "
+        f"every one, e.g. {shape_example(unsized)}, or their data ({data})"
+    )
+
+
 def parse_ranges_option(items: Sequence[str]) -> dict[str, tuple[float, float]]:
     ranges = {}
     for item in items:
@@ -344,6 +389,7 @@ def build_requests(
     seed: int = 0,
     input_data: str = "random",
     ranges: Mapping[str, ValueRange] | None = None,
+    data_options: str = "--inputs FILE.npz, --input-data FILE",
 ) -> tuple[list[dict[str, NDArray[Any]]], int]:
     """The requests to send in turn, and their batch. The first: --inputs (or --input-data FILE) arrays as
     given, --shape inputs and every other required input made up (random or zero; integers within
@@ -378,6 +424,9 @@ def build_requests(
     dims, batch, _ = sized_by_shape(shapes, signature.model, metas, given, source, batched, batch, where)
     batch = 1 if batch is None else batch
     signature.check_batch(batch, "-b {}")
+    unsized = unsized_inputs(metas, batched, {*given, *signature.optional_inputs}, dims)
+    if unsized:
+        raise open_axes_error(unsized, data_options)
     rng = np.random.default_rng(seed)
     mode = input_data if input_data in INPUT_DATA_MODES else "random"
     inputs: dict[str, NDArray[Any]] = {}
@@ -385,19 +434,12 @@ def build_requests(
         if name in given:
             inputs[name] = given[name]
             continue
-        own = meta.shape[1:] if batched else meta.shape
         if name in dims:
             shape = dims[name]
         elif name in signature.optional_inputs:
             continue  # the model's own default applies
-        elif any(d < 0 for d in own):
-            example = ",".join(str(d) if d >= 0 else "16" for d in own)
-            raise RequestError(
-                f"input {name!r} has open axes {_text(own)} (without the batch axis): give their size "
-                f"with --shape {name}:{example} (for example), or the data in --inputs FILE.npz"
-            )
         else:
-            shape = own
+            shape = tuple(meta.shape[1:] if batched else meta.shape)
         full = (batch, *shape) if batched else shape
         if meta.datatype == "BYTES":
             inputs[name] = _strings(full, rng, string_data)

@@ -223,18 +223,26 @@ def measure(
             for batch in args.batch:
                 requests, batch = build_requests(
                     signature, metadata, batch if batched else None, args.shape, None, None, 0,
-                    input_data=args.input_data, ranges=ranges,
+                    input_data=args.input_data, ranges=ranges, data_options="--input-data FILE",
                 )  # fmt: skip
                 output_bytes = max(output_bytes, _output_bytes(metadata, batch, batched))
-                target = perf_analyzer.Target(config.name, expected_outputs(metadata, batch, batched))
+                left_out = tuple(
+                    m.name
+                    for m in tensor_metas(metadata, "inputs")
+                    if m.name in signature.optional_inputs and m.name not in requests[0]
+                )
+                outputs = expected_outputs(metadata, batch, batched)
+                target = perf_analyzer.Target(config.name, outputs, left_out)
                 result.points += perf.measure(
                     perf_args, client, [target], requests, batch, batched, args.concurrency
                 )
             snapshot = MemorySnapshot.of(server.process.pid)
             result.rss_mib = snapshot.rss_total / MIB
             result.gpu_mib = None if snapshot.gpu_total is None else snapshot.gpu_total / MIB
-        except (perf_analyzer.PerfError, RequestError) as error:
+        except perf_analyzer.PerfError as error:
             result.error = str(error)
+        # A RequestError (open axes nothing sizes, a --range the input cannot take) is the request data's,
+        # the same under every candidate: it ends the search in one line (main), the server stopped first.
         finally:
             server.stop()
     return result, output_bytes

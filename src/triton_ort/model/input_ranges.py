@@ -57,6 +57,8 @@ NO_RANGE = (
     "no input_ranges in the served config (Triton does not serve auto-complete's: `triton-ort config "
     "DIR/MODEL` prints the line for config.pbtxt), --range not given: small non-negative values"
 )
+ROWS_LESS_ONE = "ROWS-1"
+NO_RANGE_FIX = "(ROWS: the rows of the table the input indexes, e.g. input_ids=0:30521 for BERT's vocabulary)"
 
 
 @dataclass(frozen=True)
@@ -224,8 +226,9 @@ def value_ranges(
 
 
 def describe(ranges: Mapping[str, ValueRange]) -> list[str]:
-    """One line per input, for --verbose."""
+    """One line per input, for --verbose; where no range is known, also what to do (the --range to give)."""
     return [
         f"input {name!r}: {'numbers' if 'uniform' in r.why else 'integers'} {r.low} to {r.high} ({r.why})"
+        + (f"; give --range {name}=0:{ROWS_LESS_ONE} {NO_RANGE_FIX}" if r.why == NO_RANGE else "")
         for name, r in ranges.items()
     ]
