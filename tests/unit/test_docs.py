@@ -283,7 +283,12 @@ def test_the_docs_name_each_soak_size() -> None:
 
 DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
 # The pages a newcomer reads first: their figures stand in tables, each dated once, not in every sentence.
-SKIMMABLE = ("README.md", "docs/perf.md", "docs/model-analyzer.md")
+SKIMMABLE = (
+    "README.md",
+    "docs/perf.md",
+    "docs/model-analyzer.md",
+    "docs/serving-your-model.md",
+)
 
 
 @pytest.mark.parametrize("page", SKIMMABLE)
