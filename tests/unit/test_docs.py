@@ -288,6 +288,9 @@ SKIMMABLE = (
     "docs/perf.md",
     "docs/model-analyzer.md",
     "docs/serving-your-model.md",
+    "docs/troubleshooting.md",
+    "docs/metrics.md",
+    "docs/gpu-hosts.md",
 )
 
 
