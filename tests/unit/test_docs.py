@@ -291,6 +291,8 @@ SKIMMABLE = (
     "docs/troubleshooting.md",
     "docs/metrics.md",
     "docs/gpu-hosts.md",
+    "docs/docker.md",
+    "docs/pipelines.md",
 )
 
 
