@@ -293,6 +293,8 @@ SKIMMABLE = (
     "docs/gpu-hosts.md",
     "docs/docker.md",
     "docs/pipelines.md",
+    "docs/reliability.md",
+    "docs/inflight.md",
 )
 
 
