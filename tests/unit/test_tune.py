@@ -181,3 +181,21 @@ def test_the_three_line_config_gets_the_winning_queue_delay(tmp_path: Path) -> N
     written = tune.write_winner(model_dir, tune.Candidate(1, 500), replace_config=False)
     tuned = text_format.Parse(written.read_text(), model_config_pb2.ModelConfig())
     assert tuned.max_batch_size > 0 and tuned.dynamic_batching.max_queue_delay_microseconds == 500
+
+
+def test_a_range_naming_no_input_is_refused_before_any_server_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As infer and perf refuse it: a misspelled --range had been ignored by tune, every candidate measured
+    with the input's default values."""
+    from tests.support import graphs
+
+    graphs.overridable(tmp_path / "m" / "1" / "model.onnx")
+    (tmp_path / "m" / "config.pbtxt").write_text('backend: "onnxruntime_zerocopy"\nmax_batch_size: 8\n')
+
+    def measure(*_: Any) -> Any:
+        raise AssertionError("a candidate was measured")
+
+    monkeypatch.setattr(tune, "measure", measure)
+    with pytest.raises(RequestError, match=r"--range sclae=\.\.\.: the model has no input 'sclae'; one of x"):
+        tune.search(tmp_path / "m", _args(range=["sclae=0:3"]), report=lambda line: None)

@@ -41,7 +41,12 @@ from triton_ort.cli.args import positive
 from triton_ort.cli.config import completed_config
 from triton_ort.cli.perf_analyzer import find_perf_analyzer
 from triton_ort.cli.request_checks import ModelSignature, RequestError, expected_outputs
-from triton_ort.cli.request_data import build_requests, input_value_ranges, parse_ranges_option
+from triton_ort.cli.request_data import (
+    build_requests,
+    check_range_names,
+    input_value_ranges,
+    parse_ranges_option,
+)
 from triton_ort.errors import ConfigError
 from triton_ort.harness.checks import ServerStartError
 from triton_ort.harness.processes import MIB, MemorySnapshot
@@ -219,6 +224,7 @@ def measure(
             batched = signature.max_batch_size > 0
             datatypes = {m.name: m.datatype for m in tensor_metas(metadata, "inputs")}
             overrides = parse_ranges_option(args.range)
+            check_range_names(overrides, list(datatypes))
             ranges = input_value_ranges(datatypes, served, overrides, graph_ranges(model_dir))
             for batch in args.batch:
                 requests, batch = build_requests(
@@ -295,7 +301,20 @@ def tuning_config(model_dir: Path) -> model_config_pb2.ModelConfig:
     return config
 
 
+def check_ranges_offline(model_dir: Path, args: argparse.Namespace) -> None:
+    """A --range naming no input of the model, refused before any server starts (as infer and perf refuse
+    it); where the folder cannot be completed offline, the first candidate's served config checks it."""
+    try:
+        completed = completed_config(model_dir)[0]
+    except Exception:  # ConfigCommandError, or a folder without its ONNX file: the load says why
+        return
+    check_range_names(
+        parse_ranges_option(getattr(args, "range", None) or []), [t.name for t in completed.input]
+    )
+
+
 def search(model_dir: Path, args: argparse.Namespace, report: Any = print) -> list[Result]:
+    check_ranges_offline(model_dir, args)
     config = tuning_config(model_dir)
     config.name = config.name or model_dir.name
     gpu = gpu_present() and not any(g.kind == g.KIND_CPU for g in config.instance_group)
