@@ -284,10 +284,13 @@ def postprocess(outputs, inputs):
 """
 
 
-def _resizing_instance(tmp_path: Path) -> tuple[ModelInstance, list[Any]]:
+def _resizing_instance(tmp_path: Path, **parameters: str) -> tuple[ModelInstance, list[Any]]:
+    """The resizing hooks' model; `parameters` set config parameters beside the example's."""
     config = example_config()
     config["input"] = [{"name": "raw", "data_type": "TYPE_UINT8", "dims": ["-1"]}]
-    instance = instance_with(tmp_path, RESIZING_HOOKS, **{"input": config["input"]})
+    set_here = {key: {"string_value": value} for key, value in parameters.items()}
+    config["parameters"] = {**config["parameters"], **set_here}
+    instance = instance_with(tmp_path, RESIZING_HOOKS, input=config["input"], parameters=config["parameters"])
     assert isinstance(instance.batch_runner, HookedRunner)
     seen: list[Any] = instance.batch_runner.hooks.preprocess.__globals__["SEEN"]  # type: ignore[union-attr]
     seen.clear()  # the warm-up ran the hooks
@@ -329,30 +332,24 @@ def test_a_group_that_preprocess_refuses_fails_alone_when_groups_run_together(tm
     assert results[2]["top_scores"].shape == (2, 2)
 
 
+def _ort_runs_for_two_widths(instance: ModelInstance) -> int:
+    """ORT runs for one execute of two requests of different widths, both answered."""
+    runs_before = instance.runner.stats.ort_runs
+    results = instance.infer([_width_request(1, 1000, 1), _width_request(2, 3000, 2)])
+    assert all(isinstance(result, dict) for result in results)
+    return instance.runner.stats.ort_runs - runs_before
+
+
 def test_gather_after_preprocess_no_runs_each_group_on_its_own(tmp_path: Path) -> None:
     """The parameter turns the joint run off (and `auto` leaves it off on GPU instances, where it has not
     run on the GPU host yet): each shape then has its own ORT run, as before."""
-    config = example_config()
-    config["input"] = [{"name": "raw", "data_type": "TYPE_UINT8", "dims": ["-1"]}]
-    parameters = {**config["parameters"], "gather_after_preprocess": {"string_value": "no"}}
-    instance = instance_with(tmp_path, RESIZING_HOOKS, input=config["input"], parameters=parameters)
-    requests = [_width_request(1, 1000, 1), _width_request(2, 3000, 2)]
-    runs_before = instance.runner.stats.ort_runs
-    results = instance.infer(requests)
-    assert instance.runner.stats.ort_runs - runs_before == 2
-    assert all(isinstance(result, dict) for result in results)
+    instance, _ = _resizing_instance(tmp_path, gather_after_preprocess="no")
+    assert _ort_runs_for_two_widths(instance) == 2
     assert isinstance(instance.batch_runner, HookedRunner) and not instance.batch_runner.groups_together
 
 
 def test_groups_are_not_run_together_where_the_plan_does_not_gather(tmp_path: Path) -> None:
     """gather_requests no (a graph that mixes rows across the batch axis) keeps every request in its own
     ORT run, also when preprocess would make their shapes agree."""
-    config = example_config()
-    config["input"] = [{"name": "raw", "data_type": "TYPE_UINT8", "dims": ["-1"]}]
-    parameters = {**config["parameters"], "gather_requests": {"string_value": "no"}}
-    instance = instance_with(tmp_path, RESIZING_HOOKS, input=config["input"], parameters=parameters)
-    requests = [_width_request(1, 1000, 1), _width_request(2, 3000, 2)]
-    runs_before = instance.runner.stats.ort_runs
-    results = instance.infer(requests)
-    assert instance.runner.stats.ort_runs - runs_before == 2
-    assert all(isinstance(result, dict) for result in results)
+    instance, _ = _resizing_instance(tmp_path, gather_requests="no")
+    assert _ort_runs_for_two_widths(instance) == 2
