@@ -19,7 +19,6 @@ mean, or --percentile's) is within it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 import shutil
@@ -277,15 +276,21 @@ def stages(args: argparse.Namespace, gpu: bool) -> list[tuple[tuple[str, ...], l
     return found
 
 
+def offline_config(model_dir: Path) -> model_config_pb2.ModelConfig | None:
+    """The folder's config as the server's auto-complete would make it (`triton-ort config`), read offline;
+    None where it cannot be (ConfigCommandError, a folder without its ONNX file): the load says why."""
+    try:
+        return completed_config(model_dir)[0]
+    except Exception:
+        return None
+
+
 def graph_ranges(model_dir: Path) -> dict[str, tuple[float, float]]:
     """What the model's ONNX file says its integer inputs take (the tables they index), as `triton-ort
     config` prints it: Triton does not serve what auto-complete adds, and tune has the folder. {} where the
     folder cannot be completed offline."""
-    try:
-        completed = completed_config(model_dir)[0]
-    except Exception:  # ConfigCommandError, or a folder without its ONNX file: the load says why
-        return {}
-    if INPUT_RANGES not in completed.parameters:
+    completed = offline_config(model_dir)
+    if completed is None or INPUT_RANGES not in completed.parameters:
         return {}
     return parse_ranges(completed.parameters[INPUT_RANGES].string_value)
 
@@ -295,22 +300,19 @@ def tuning_config(model_dir: Path) -> model_config_pb2.ModelConfig:
     file leaves it out (the three-line config): the queue delay is a lever, and is written, only for a
     model that batches. As written where the folder cannot be completed offline (the load says why)."""
     config = read_config(model_dir)
-    if config.max_batch_size == 0:
-        with contextlib.suppress(Exception):  # ConfigCommandError, or a folder without its ONNX file
-            config.max_batch_size = completed_config(model_dir)[0].max_batch_size
+    completed = offline_config(model_dir) if config.max_batch_size == 0 else None
+    if completed is not None:
+        config.max_batch_size = completed.max_batch_size
     return config
 
 
 def check_ranges_offline(model_dir: Path, args: argparse.Namespace) -> None:
     """A --range naming no input of the model, refused before any server starts (as infer and perf refuse
     it); where the folder cannot be completed offline, the first candidate's served config checks it."""
-    try:
-        completed = completed_config(model_dir)[0]
-    except Exception:  # ConfigCommandError, or a folder without its ONNX file: the load says why
-        return
-    check_range_names(
-        parse_ranges_option(getattr(args, "range", None) or []), [t.name for t in completed.input]
-    )
+    completed = offline_config(model_dir)
+    if completed is not None:
+        overrides = parse_ranges_option(getattr(args, "range", None) or [])
+        check_range_names(overrides, [t.name for t in completed.input])
 
 
 def search(model_dir: Path, args: argparse.Namespace, report: Any = print) -> list[Result]:
