@@ -23,6 +23,8 @@ whether tritonserver itself died (its exit signal). The models:
   ours_no_metrics   the same on a server started with --allow-metrics=false (the model serves without its
                     custom metrics, but still asks the server for them): do the metrics' messages from the
                     stub make it likelier?
+  ours_shipped      the demo as shipped (custom_metrics at its default, auto: off on 2.41, and the one log
+                    line at the first execute that says so, through the same queue as the metrics)
   ours_custom_metrics_off   ours with the parameter custom_metrics false: no metric message at all
   ours_quiet        the same, and the library's log at WARNING (TRITON_ORT_LOG_LEVEL): no log message at
                     load either (logs reach the server through the same queue as the metrics)
@@ -62,6 +64,7 @@ MODELS = (
     "plain_ort_dlpack",
     "ours",
     "ours_no_metrics",
+    "ours_shipped",
     "ours_custom_metrics_off",
     "ours_quiet",
     "ours_fast_load",
