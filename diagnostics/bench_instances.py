@@ -1,6 +1,13 @@
 """What each instance costs and what it buys: memory and throughput by instance count.
 
     python -m diagnostics.bench_instances --models demo mlp4096 --counts 1 2 4 [--mps] --json FILE
+    python -m diagnostics.bench_instances --models mlp4096 --variants inflight4 i4_d0 native_i4 \
+        --native-backend DIR --json FILE
+
+`--variants` measures the named variants of each model instead (MODEL_<variant>: `inflight4`, one instance
+keeping requests in flight on 4 lanes; `native_i4`, Triton's native onnxruntime backend with 4 instances,
+served with --native-backend's folder; `i4_d0`, ours with 4 instances), so that one run sets what each way
+of serving costs beside the others.
 
 For each model and instance count, one tritonserver serves only the benchmark repository's variant
 MODEL_i<count>_d0 (scripts/build_models.py --bench), so that what it reads belongs to that variant alone:
@@ -20,12 +27,14 @@ from typing import Any
 
 from client.bench_common import (
     BATCH,
+    add_native_backend_argument,
     add_point_arguments,
     aligned,
     device_used_mib,
     hold_cuda_context,
     measure_point,
     memory_reading,
+    native_backend_folder,
     report_of,
     serving,
     settled_device_used_mib,
@@ -36,19 +45,31 @@ from triton_ort.harness.server import exit_on_termination
 
 
 def measure_count(model: str, count: int, mps: bool, args: argparse.Namespace) -> dict[str, Any]:
-    served = f"{model}_i{count}_d0"
+    return {**measure_variant(model, f"i{count}_d0", mps, args), "instances": count}
+
+
+def measure_variant(model: str, variant: str, mps: bool, args: argparse.Namespace) -> dict[str, Any]:
+    """One served variant, MODEL_<variant>: its point and its memory, by a server of its own (a native one
+    with the native backend's folder)."""
+    served = f"{model}_{variant}"
     work = Workload.build(model, args.repository, BATCH[model])
+    backends = {}
+    if variant.startswith("native"):
+        folder = native_backend_folder(args.native_backend)
+        if folder is None:
+            raise SystemExit(f"{served}: give the native onnxruntime backend's folder with --native-backend")
+        backends = {"onnxruntime": folder}
     before = settled_device_used_mib()  # the previous point's server may still be giving memory back
-    with serving(args.repository, [served], mps=mps) as server:
+    with serving(args.repository, [served], mps=mps, backends=backends) as server:
         point = measure_point(server.grpc_url, served, work, args.concurrency, args)
         reading = memory_reading(server.process.pid, mps)
         after = device_used_mib()
     used = None if before is None or after is None else after - before
-    return {"model": model, "instances": count, "mps": mps, **point, **reading, "device_used_mib": used}
+    return {"model": model, "variant": variant, "mps": mps, **point, **reading, "device_used_mib": used}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    header = ["model", "inst", "mps", "req/s", "device MiB", "stub GPU MiB", "stub RSS MiB", "server RSS"]
+    header = ["model", "variant", "mps", "req/s", "device MiB", "stub GPU MiB", "stub RSS MiB", "server RSS"]
 
     def each(values: list[float]) -> str:
         return f"{statistics.mean(values):.0f} x{len(values)}" if values else "-"
@@ -56,7 +77,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     cells = [
         [
             r["model"],
-            str(r["instances"]),
+            r["variant"],
             "yes" if r["mps"] else "no",
             f"{r['requests_per_s']:.0f}",
             "-" if r["device_used_mib"] is None else f"{r['device_used_mib']:.0f}",
@@ -76,16 +97,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--models", nargs="+", default=["demo"], choices=sorted(BATCH))
     parser.add_argument("--counts", nargs="+", type=int, default=[1, 2, 4])
+    parser.add_argument("--variants", nargs="+", help="MODEL_<variant> names to measure instead of --counts")
+    add_native_backend_argument(parser, "for the native_i<count> variants")
     add_point_arguments(parser, client_processes=8, warmup=0.5)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--mps", action="store_true", help="every point again under CUDA MPS")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     rows = [
-        measure_count(model, count, mps, args)
+        measure_variant(model, variant, mps, args)
+        if args.variants
+        else measure_count(model, variant, mps, args)
         for mps in ((False, True) if args.mps else (False,))
         for model in args.models
-        for count in args.counts
+        for variant in (args.variants or args.counts)
     ]
     report = report_of("diagnostics.bench_instances", results=rows)
     if args.json:

@@ -11,6 +11,11 @@ in and out); each model is one cheap ONNX node of that signature (a MatMul, a Re
 releases the GIL and its length is not the question.
 
     python -m diagnostics.gil_profile --json results/gil.json           # needs py-spy on PATH
+    python -m diagnostics.gil_profile --gpu --raw results/gil-stacks   # GPU instances, CUDA shared memory
+
+`--gpu` serves the models on GPU instances and sends through CUDA shared memory (the GPU host's path: the
+inputs reach the stub on the device, the outputs leave through DLPack); `--raw DIR` keeps py-spy's stacks
+(one file per model, with line numbers) for reading a step line by line.
 
 Steps are told apart by the innermost frame of ours on the stack (STEPS, by function and file);
 "python backend" is time inside pb_utils' own calls with none of ours below them (the stub's C++ reached
@@ -70,8 +75,9 @@ STEPS: list[tuple[str, set[str], set[str]]] = [
 OURS = ("triton_ort", "model.py")
 
 
-def write_repository(repository: Path, lanes: int) -> list[str]:
-    """Per shape a one-node ONNX model served classic (one instance) and in flight (one instance, `lanes`)."""
+def write_repository(repository: Path, lanes: int, kind: str = "KIND_CPU") -> list[str]:
+    """Per shape a one-node ONNX model served classic (one instance) and in flight (one instance, `lanes`),
+    on instances of `kind`."""
     names = []
     for shape, (x, y, width, out_width, _, op) in SHAPES.items():
         inputs = [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["batch", width])]
@@ -87,15 +93,15 @@ def write_repository(repository: Path, lanes: int) -> list[str]:
             version.mkdir(parents=True, exist_ok=True)
             save_model(graph, version / "model.onnx")
             (version / "model.py").write_text(MODEL_PY)
-            lane_parameter = (
-                f'parameters [ {{ key: "inflight_lanes", value: {{ string_value: "{count}" }} }} ]\n'
-                if count
-                else ""
-            )
+            parameters = [("inflight_lanes", str(count))] if count else []
+            if kind == "KIND_GPU":  # CUDA shared memory's inputs reach the stub on the device
+                parameters.append(("FORCE_CPU_ONLY_INPUT_TENSORS", "no"))
+            listed = ", ".join(f'{{ key: "{k}", value: {{ string_value: "{v}" }} }}' for k, v in parameters)
             (repository / name / "config.pbtxt").write_text(
                 f'name: "{name}"\nbackend: "python"\nmax_batch_size: {4 * SHAPES[shape][4]}\n'
-                "instance_group [ { kind: KIND_CPU, count: 1 } ]\n"
-                "dynamic_batching { max_queue_delay_microseconds: 0 }\n" + lane_parameter
+                f"instance_group [ {{ kind: {kind}, count: 1 }} ]\n"
+                "dynamic_batching { max_queue_delay_microseconds: 0 }\n"
+                + (f"parameters [ {listed} ]\n" if parameters else "")
             )
             names.append(name)
     return names
@@ -125,12 +131,17 @@ def step_of(stack: list[str]) -> str:
     return "python backend / other"
 
 
-def record(pid: int, seconds: float, rate: int, native: bool) -> collections.Counter[str]:
-    """py-spy's GIL-holding samples of `pid` over `seconds`, counted by step."""
+def record(
+    pid: int, seconds: float, rate: int, native: bool, raw: Path | None = None
+) -> collections.Counter[str]:
+    """py-spy's GIL-holding samples of `pid` over `seconds`, counted by step (the stacks kept in `raw`)."""
     command = ["py-spy", "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", str(rate)]
     command += ["--gil", "--nonblocking", "--format", "raw", "--output", "/dev/stdout", "--threads"]
     command += ["--native"] if native else []
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    if raw is not None:
+        raw.parent.mkdir(parents=True, exist_ok=True)
+        raw.write_text(out)
     steps: collections.Counter[str] = collections.Counter()
     for line in out.splitlines():
         stack, _, count = line.rpartition(" ")
@@ -152,13 +163,20 @@ def profile(url: str, server_pid: int, model: str, args: argparse.Namespace) -> 
     def sample() -> None:
         time.sleep(args.warmup)
         counts["before"] = ModelStatistics.read(client, model)
-        counts["steps"] = record(stub, seconds, args.rate, args.native)
+        raw = args.raw / f"{model}.txt" if args.raw else None
+        counts["steps"] = record(stub, seconds, args.rate, args.native, raw)
         counts["after"] = ModelStatistics.read(client, model)
 
     sampler = threading.Thread(target=sample)
     sampler.start()
     latencies, rate = load_in_processes(
-        url, model, "numpy", work, args.concurrency, args.client_processes, (args.warmup, seconds + 1.0)
+        url,
+        model,
+        "cuda-shm" if args.gpu else "numpy",
+        work,
+        args.concurrency,
+        args.client_processes,
+        (args.warmup, seconds + 1.0),
     )
     sampler.join()
     requests = counts["after"].requests - counts["before"].requests
@@ -185,11 +203,13 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=500, help="py-spy samples per second")
     parser.add_argument("--native", action="store_true", help="py-spy --native (C/C++ frames too)")
     parser.add_argument("--models", nargs="*", help="of the repository's (default: every one)")
+    parser.add_argument("--gpu", action="store_true", help="GPU instances; requests in CUDA shared memory")
+    parser.add_argument("--raw", type=Path, help="a folder for py-spy's stacks, one file per model")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if shutil.which("py-spy") is None:
         raise SystemExit("py-spy is not on PATH: pip install py-spy")
-    names = write_repository(args.repository, args.lanes)
+    names = write_repository(args.repository, args.lanes, "KIND_GPU" if args.gpu else "KIND_CPU")
     names = [n for n in names if not args.models or n in args.models]
     results: dict[str, Any] = {}
     with serving(args.repository, names, extra_args=["--exit-on-error=false"]) as server:
@@ -214,7 +234,13 @@ def main() -> None:
     if args.json:
         write_report(
             args.json,
-            report_of("diagnostics.gil_profile", tritonserver=version, lanes=args.lanes, results=results),
+            report_of(
+                "diagnostics.gil_profile",
+                tritonserver=version,
+                lanes=args.lanes,
+                gpu=args.gpu,
+                results=results,
+            ),
         )
 
 

@@ -121,6 +121,8 @@ def bench_variants(name: str) -> dict[str, Serving]:
         },
         # Triton's native onnxruntime backend on the same file, served where the host has it (client.bench)
         f"{name}_native": Serving(None, instances, delay),
+        # and by instance count, for what each costs beside ours (diagnostics.bench_instances --variants)
+        **{f"{name}_native_i{count}": Serving(None, count, 0) for count in (1, 2, 4)},
     }
     for count, queue_delay in SWEEP:
         variants[f"{name}_i{count}_d{queue_delay}"] = ours(count=count, queue_delay=queue_delay)

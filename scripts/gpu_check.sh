@@ -10,6 +10,7 @@
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh pipelines [args...] # client.bench_pipelines (docs/pipelines.md)
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh lanes         # profile_lanes + inflight_floor (docs/inflight.md)
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh inflight      # in-flight tests, shared-weight lanes, client.bench
+#   OUT=/tmp/gpu-out bash scripts/gpu_check.sh costs         # GIL per request by step (py-spy on PATH), GPU memory by way
 #   OUT=/tmp/gpu-out bash scripts/gpu_check.sh perf          # triton-ort perf beside plain perf_analyzer, CUDA shm
 #     (perf_analyzer from TRITON_ORT_PERF_ANALYZER or PATH; NATIVE_BACKEND=DIR: also passed to bench and
 #     pipelines as --native-backend)
@@ -18,8 +19,8 @@
 set -uo pipefail
 MODE=${1:-}
 case "$MODE" in
-  tiers | reliability | bench | pipelines | lanes | inflight | perf) shift ;;
-  *) echo "usage: OUT=DIR bash scripts/gpu_check.sh tiers|reliability|bench [models...]|pipelines [args...]|lanes|inflight|perf" >&2; exit 2 ;;
+  tiers | reliability | bench | pipelines | lanes | inflight | costs | perf) shift ;;
+  *) echo "usage: OUT=DIR bash scripts/gpu_check.sh tiers|reliability|bench [models...]|pipelines [args...]|lanes|inflight|costs|perf" >&2; exit 2 ;;
 esac
 OUT=${OUT:-/tmp/gpu-out}
 HOST_PYTHON=${HOST_PYTHON:-python3}
@@ -96,6 +97,18 @@ if [ "$MODE" = inflight ]; then
     | tee -a "$OUT/inflight.log" || status=1
   "$PYTHON" -m client.bench --models mlp4096 demo --skip-pytriton "${NATIVE[@]}" --out "$OUT/bench-inflight-gpu.json" \
     2>"$OUT/bench-progress.log" | tee -a "$OUT/inflight.log" || status=1
+  exit $status
+fi
+if [ "$MODE" = costs ]; then
+  # Where a request's time goes in a real stub on this host (py-spy --gil, CUDA shared memory, the demo's
+  # and the mlp4096's shapes, classic and 4 lanes: GIL-held us per request by step, and the stacks), then
+  # what each way of serving holds in GPU memory, one server each, beside the native backend's instances
+  # (NATIVE_BACKEND=DIR) (docs/inflight.md)
+  "$PYTHON" -m diagnostics.gil_profile --gpu --client-processes 4 --seconds 5 --rate 1000 \
+    --raw "$OUT/gil-stacks" --json "$OUT/gil-gpu.json" 2>&1 | tee "$OUT/costs.log" || status=1
+  "$PYTHON" scripts/build_models.py --bench --out bench_repository --models demo mlp4096 > /dev/null || exit 1
+  "$PYTHON" -m diagnostics.bench_instances --models mlp4096 demo --variants inflight4 i2_d0 native_i4 \
+    "${NATIVE[@]}" --seconds 3 --json "$OUT/instances-gpu.json" 2>&1 | tee -a "$OUT/costs.log" || status=1
   exit $status
 fi
 if [ "$MODE" = pipelines ]; then
