@@ -110,6 +110,37 @@ def test_a_lane_gathers_what_is_queued_up_to_the_row_limit() -> None:
     assert all(answers.only(i) == {"y": i} for i in range(5))
 
 
+def test_an_executes_requests_wake_one_lane_which_gathers_them() -> None:
+    """execute() and the lanes share one GIL, and every lane woken takes it: an execute's requests wake one
+    lane, which gathers them, not one lane per request (the others woke to find nothing and slept again:
+    a wake-up each, for nothing)."""
+    wakes: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if (
+            event == "return"
+            and frame.f_code.co_name == "wait"
+            and frame.f_code.co_filename == threading.__file__
+        ):
+            wakes.append(threading.current_thread().name)
+
+    log: RunLog = []
+    threading.setprofile(profile)  # the lanes, started from here on
+    try:
+        scheduler = InflightScheduler(_echo(log=log), lanes=4, max_rows=8)
+    finally:
+        threading.setprofile(None)  # type: ignore[arg-type]
+    time.sleep(0.1)  # every lane waits for work
+    answers = Answers()
+    scheduler.submit(*(_pending(answers, request_id) for request_id in range(4)))  # one execute's
+    answers.wait_for(4)
+    time.sleep(0.1)  # a lane woken for nothing would have woken by now
+    lanes_woken = [name for name in wakes if name.startswith("triton_ort lane")]
+    scheduler.close()  # which wakes every lane to end
+    assert [requests for _, _, _, requests in log] == [4]
+    assert len(lanes_woken) == 1, lanes_woken
+
+
 def test_submit_waits_while_in_flight_is_at_capacity_so_the_rest_stay_in_tritons_queue() -> None:
     answers, gate = Answers(), threading.Event()
 

@@ -75,8 +75,10 @@ class InflightScheduler:
 
     One lock guards the queue and the counts, with two conditions on it: lanes wait on `_work` for
     requests, execute() waits on `_room` for capacity. Every step a request takes here (queued, taken,
-    answered) costs one acquisition of that lock, and an execute's requests are queued together under one:
-    the lanes and execute() share one GIL, so what a request costs here is what no other lane can use.
+    answered) costs one acquisition of that lock, and an execute's requests are queued together under one
+    and wake one lane, which gathers them (and wakes another where more than one run's rows wait): the
+    lanes and execute() share one GIL, so what a request costs here is what no other lane can use, and a
+    lane woken for nothing costs it too.
     """
 
     def __init__(self, run: RunBatch, lanes: int, max_rows: int) -> None:
@@ -113,6 +115,7 @@ class InflightScheduler:
             for item in pending:
                 while not self._closed and self.rows_in_flight >= self.capacity_rows:
                     self._waiting_for_room += 1
+                    self._work.notify()  # for what this call queued so far
                     self._room.wait()
                     self._waiting_for_room -= 1
                 if self._closed:
@@ -120,8 +123,9 @@ class InflightScheduler:
                 self.in_flight += 1
                 self.rows_in_flight += item.rows
                 self._queue.append(item)
-                self._work.notify()
                 admitted += 1
+            if admitted:
+                self._work.notify()  # one lane, which gathers them and wakes another for any left
         for item in pending[admitted:]:
             item.send(InferenceError("the model is unloading; the request was not run"))
 
@@ -161,6 +165,8 @@ class InflightScheduler:
                 item = self._queue.popleft()
                 taken.append(item)
                 rows += item.rows
+            if self._queue:  # more than one run's rows: the next lane takes the rest
+                self._work.notify()
             return taken
 
     def _lane(self, index: int) -> None:
