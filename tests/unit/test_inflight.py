@@ -129,7 +129,7 @@ def test_an_executes_requests_wake_one_lane_which_gathers_them() -> None:
     try:
         scheduler = InflightScheduler(_echo(log=log), lanes=4, max_rows=8)
     finally:
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
     time.sleep(0.1)  # every lane waits for work
     answers = Answers()
     scheduler.submit(*(_pending(answers, request_id) for request_id in range(4)))  # one execute's
