@@ -49,8 +49,9 @@ def test_every_model_the_benchmark_serves_is_built_from_a_model_py_that_exists(m
     for name, serving in variants.items():
         if serving.backend == "python":
             assert serving.model_py is not None and serving.model_py.is_file(), f"{name}: {serving.model_py}"
-        else:  # a backend that reads model.onnx itself: Triton's native onnxruntime
-            assert (name, serving.backend, serving.model_py) == (f"{model}_native", "onnxruntime", None)
+        else:  # a backend that reads model.onnx itself: Triton's native onnxruntime (by instance count too)
+            assert re.fullmatch(rf"{model}_native(_i\d+)?", name), name
+            assert (serving.backend, serving.model_py) == ("onnxruntime", None)
 
 
 def test_client_and_the_diagnostics_import_along_the_layout() -> None:
