@@ -115,7 +115,8 @@ class InflightScheduler:
             for item in pending:
                 while not self._closed and self.rows_in_flight >= self.capacity_rows:
                     self._waiting_for_room += 1
-                    self._work.notify()  # for what this call queued so far
+                    if admitted:
+                        self._work.notify()  # for what this call queued so far
                     self._room.wait()
                     self._waiting_for_room -= 1
                 if self._closed:
