@@ -105,11 +105,11 @@ def main() -> None:
     parser.add_argument("--mps", action="store_true", help="every point again under CUDA MPS")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    measure = measure_variant if args.variants else measure_count
     rows = []
     for mps in (False, True) if args.mps else (False,):
         for model in args.models:
             for variant in args.variants or args.counts:
-                measure = measure_variant if args.variants else measure_count
                 rows.append(measure(model, variant, mps, args))
                 print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)  # as it goes
     report = report_of("diagnostics.bench_instances", results=rows)
