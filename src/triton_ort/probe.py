@@ -34,6 +34,9 @@ from typing import Any
 # and r24.10): "Stub process is not healthy." / "Stub process '<instance>' is not healthy."
 DEAD_STUB_WORDS = ("stub process", "not healthy")
 
+# How often the watchdog probes while the models load (until a first probe passes).
+ARMING_INTERVAL_S = 1.0
+
 # Bytes per element of each Triton type; a BYTES element is sent as an empty string (its 4-byte length).
 ELEMENT_BYTES = {
     "BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2,
@@ -159,8 +162,10 @@ def watch(
 ) -> int:
     """Kills `pid` (tritonserver) after `failures` failed probes in a row, so a restart policy brings it back.
 
-    Counting starts once a probe has passed: a server still loading its models is not dead. Returns when
-    `pid` is gone (the exit code is 0) or after killing it (1).
+    Counting starts once a probe has passed: a server still loading its models is not dead. Until then it
+    probes every second, not every interval, so that a server that hangs soon after its load is counted
+    too; it says when it starts counting. Returns when `pid` is gone (the exit code is 0) or after killing
+    it (1).
     """
     passed_once, failed_in_a_row = False, 0
     while _process_alive(pid):
@@ -170,6 +175,13 @@ def watch(
         except ProbeError as error:
             dead = [Verdict("(server)", False, str(error))]
         if not dead:
+            if not passed_once:
+                print(
+                    f"probe: watching tritonserver (pid {pid}): every model answered; {failures} failed "
+                    f"probes in a row, {interval_s:g} s apart, end it",
+                    file=sys.stderr,
+                    flush=True,
+                )
             passed_once, failed_in_a_row = True, 0
         elif passed_once:
             failed_in_a_row += 1
@@ -182,7 +194,7 @@ def watch(
                 )
                 _kill(pid)
                 return 1
-        time.sleep(interval_s)
+        time.sleep(interval_s if passed_once else min(interval_s, ARMING_INTERVAL_S))
     return 0
 
 

@@ -255,14 +255,31 @@ def test_the_watchdog_restarts_a_server_that_stopped_answering(served: Compose, 
     watchdog = [p for p in procs if "triton_ort.probe" in p["cmd"] and "--watch" in p["argv"]]
     server = next(p for p in procs if p["argv"][0].endswith("tritonserver"))
     assert [p["argv"][p["argv"].index("--watch") + 1] for p in watchdog] == [str(server["pid"])], watchdog
+    # The watchdog counts only once a probe passed (a load is no failure), and a test before this one may
+    # have restarted the container a moment ago: stop the server only once this start's watchdog counts.
+    started = inspect(container, "{{.State.StartedAt}}")
+
+    def this_start_log() -> str:
+        said = docker("logs", "--since", started, container, check=False)
+        return said.stdout + said.stderr
+
+    wait_for(
+        lambda: f"probe: watching tritonserver (pid {server['pid']})" in this_start_log(),
+        30,
+        "the watchdog counting",
+        interval_s=0.5,
+    )
     docker("exec", container, "python3", "-c", f"import os, signal; os.kill({server['pid']}, signal.SIGSTOP)")
     # 3 probes of up to 10 s, 10 s apart, then 10 s of SIGTERM before SIGKILL; then the start (cold load)
-    wait_for(
-        lambda: int(inspect(container, "{{.RestartCount}}")) > restarts_before,
-        120,
-        "the watchdog to end the stopped server and compose to restart the container",
-        interval_s=1,
-    )
+    try:
+        wait_for(
+            lambda: int(inspect(container, "{{.RestartCount}}")) > restarts_before,
+            120,
+            "the watchdog to end the stopped server and compose to restart the container",
+            interval_s=1,
+        )
+    except AssertionError as error:
+        raise AssertionError(f"{error}\nthe container's log, its end:\n{served.logs()[-3000:]}") from None
     assert "did not answer 3 probes in a row" in served.logs()
     wait_for(
         lambda: ready(int(PORTS["HTTP_PORT"])), START_PERIOD_S, "the restarted server ready", interval_s=0.5

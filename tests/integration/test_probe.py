@@ -118,6 +118,7 @@ def test_the_watchdog_kills_a_server_whose_model_stopped_answering_and_only_then
             said = watchdog.stderr.read() if watchdog.stderr else ""
             assert "stalling did not answer 2 probes in a row (no answer within 1 s)" in said
             assert f"killing tritonserver (pid {pid})" in said
+            assert said.index(f"probe: watching tritonserver (pid {pid})") < said.index("did not answer")
         finally:
             (repository / "stalling" / "1" / "stall").unlink(missing_ok=True)
             watchdog.kill()

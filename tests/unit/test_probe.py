@@ -4,10 +4,12 @@ server is tests/integration/test_probe.py."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
-from triton_ort.probe import default_url, zeros_request
+from triton_ort import probe as probe_module
+from triton_ort.probe import ProbeError, Verdict, default_url, zeros_request
 
 
 def _header(body: bytes, headers: dict[str, str]) -> dict[str, object]:
@@ -62,3 +64,40 @@ def test_the_default_url_is_where_the_entrypoint_started_tritonserver(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert default_url() == url
+
+
+def test_the_watchdog_arms_within_a_second_of_the_first_answer_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Until a first probe passes (the load) the watchdog probes every second, so a server that hangs soon
+    after it became ready is still caught; it says once when it starts counting, and from then on probes
+    every interval. (Probing only every interval left a server stopped in its first seconds never killed.)"""
+    script: list[object] = [
+        ProbeError("no ready model"),
+        ProbeError("no ready model"),
+        "ok",
+        "dead",
+        "dead",
+        "dead",
+    ]
+    slept: list[float] = []
+    killed: list[int] = []
+
+    def scripted_probe(base_url: str, models: object, timeout_s: float) -> list[Verdict]:
+        step = script.pop(0)
+        if isinstance(step, ProbeError):
+            raise step
+        return [Verdict("demo", step == "ok", "answered" if step == "ok" else "no answer within 8 s")]
+
+    monkeypatch.setattr(probe_module, "probe", scripted_probe)
+    monkeypatch.setattr(probe_module, "_process_alive", lambda pid: not killed)
+    monkeypatch.setattr(probe_module, "_kill", killed.append)
+    monkeypatch.setattr(probe_module, "time", SimpleNamespace(sleep=slept.append))
+
+    assert probe_module.watch("http://x", [], 8.0, 4242, 10.0, 3) == 1
+    assert killed == [4242] and not script
+    # two while loading, one after the first pass; then the interval between failures
+    assert slept == [1.0, 1.0, 10.0, 10.0, 10.0]
+    said = capsys.readouterr().err
+    assert said.count("probe: watching tritonserver (pid 4242)") == 1
+    assert said.index("watching") < said.index("did not answer 3 probes in a row")
