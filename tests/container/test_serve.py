@@ -279,7 +279,10 @@ def test_the_watchdog_restarts_a_server_that_stopped_answering(served: Compose, 
             interval_s=1,
         )
     except AssertionError as error:
-        raise AssertionError(f"{error}\nthe container's log, its end:\n{served.logs()[-3000:]}") from None
+        log = served.logs()[-3000:]
+        # Not left stopped for the tests after this one: killed, the container is restarted.
+        docker("exec", container, "python3", "-c", f"import os; os.kill({server['pid']}, 9)", check=False)
+        raise AssertionError(f"{error}\nthe container's log, its end:\n{log}") from None
     assert "did not answer 3 probes in a row" in served.logs()
     wait_for(
         lambda: ready(int(PORTS["HTTP_PORT"])), START_PERIOD_S, "the restarted server ready", interval_s=0.5
