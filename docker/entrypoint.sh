@@ -28,7 +28,8 @@
 #                                                     again (compose restarts no container for being unhealthy).
 #                                                     0 where something else does that (Kubernetes' liveness
 #                                                     probe runs the same probe: deploy/kubernetes)
-#   TRITON_ORT_WATCHDOG_INTERVAL_S   10               seconds between the watchdog's probes
+#   TRITON_ORT_WATCHDOG_INTERVAL_S   10               seconds between the watchdog's probes once the models answered
+#                                                     (every second before)
 #   TRITON_ORT_WATCHDOG_FAILURES     3                failed probes in a row that kill
 #   TRITON_ORT_MPS                   0                1: tritonserver and its stubs run as clients of a CUDA
 #                                                     MPS daemon of this container's own (one GPU context
