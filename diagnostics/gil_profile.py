@@ -43,6 +43,7 @@ from client.bench_common import aligned, report_of, serving, write_report
 from client.load import Workload, load_in_processes
 from triton_ort.backend import MODEL_PY
 from triton_ort.harness.processes import stub_processes
+from triton_ort.harness.repository import ModelSpec, write_config
 from triton_ort.harness.transport import ModelStatistics
 from triton_ort.model.onnx_files import save_model
 
@@ -93,16 +94,14 @@ def write_repository(repository: Path, lanes: int, kind: str = "KIND_CPU") -> li
             version.mkdir(parents=True, exist_ok=True)
             save_model(graph, version / "model.onnx")
             (version / "model.py").write_text(MODEL_PY)
-            parameters = [("inflight_lanes", str(count))] if count else []
+            parameters = {"inflight_lanes": str(count)} if count else {}
             if kind == "KIND_GPU":  # CUDA shared memory's inputs reach the stub on the device
-                parameters.append(("FORCE_CPU_ONLY_INPUT_TENSORS", "no"))
-            listed = ", ".join(f'{{ key: "{k}", value: {{ string_value: "{v}" }} }}' for k, v in parameters)
-            (repository / name / "config.pbtxt").write_text(
-                f'name: "{name}"\nbackend: "python"\nmax_batch_size: {4 * SHAPES[shape][4]}\n'
-                f"instance_group [ {{ kind: {kind}, count: 1 }} ]\n"
-                "dynamic_batching { max_queue_delay_microseconds: 0 }\n"
-                + (f"parameters [ {listed} ]\n" if parameters else "")
+                parameters["FORCE_CPU_ONLY_INPUT_TENSORS"] = "no"
+            # No inputs or outputs listed: the backend completes them from the ONNX file.
+            spec = ModelSpec(
+                name, (), (), 4 * SHAPES[shape][4], queue_delay_us=0, kind=kind, parameters=parameters
             )
+            write_config(repository / name, spec.config())
             names.append(name)
     return names
 
